@@ -1,0 +1,133 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Writer performs sysfs writes. The kernel reacts to them; the simulated
+// kernel (package hostsim) implements Writer to react the same way.
+type Writer interface {
+	WriteFile(path string, data []byte) error
+}
+
+// OSWriter writes sysfs attributes like echo does: open for writing without
+// create or truncate, one write.
+type OSWriter struct{}
+
+// WriteFile writes data to an existing attribute file.
+func (OSWriter) WriteFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %q to %s: %w", data, path, err)
+	}
+	return f.Close()
+}
+
+// ModuleLoader loads a kernel module by name.
+type ModuleLoader interface {
+	Load(ctx context.Context, module string) error
+}
+
+// Modprobe loads modules with the modprobe command.
+type Modprobe struct{}
+
+// Load runs modprobe for the module.
+func (Modprobe) Load(ctx context.Context, module string) error {
+	if !validName(module) {
+		return fmt.Errorf("invalid module name %q", module)
+	}
+	out, err := exec.CommandContext(ctx, "modprobe", module).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("modprobe %s: %w: %s", module, err, out)
+	}
+	return nil
+}
+
+// EnsureDriver makes sure a PCI driver is registered, loading its module
+// through the ModuleLoader when one is configured.
+func (h *Host) EnsureDriver(ctx context.Context, driver, module string) error {
+	if h.DriverLoaded(driver) {
+		return nil
+	}
+	if h.loader == nil {
+		return fmt.Errorf("driver %s is not loaded (module %s)", driver, module)
+	}
+	if err := h.loader.Load(ctx, module); err != nil {
+		return fmt.Errorf("driver %s is not loaded: %w", driver, err)
+	}
+	if !h.DriverLoaded(driver) {
+		return fmt.Errorf("driver %s is not registered after loading module %s", driver, module)
+	}
+	return nil
+}
+
+// VFIODriverFor returns the best vfio driver for f: a variant driver whose
+// vfio_pci alias matches f's modalias (nvgrace_gpu_vfio_pci on GH200), else
+// vfio-pci. It returns the driver name and its module.
+func (h *Host) VFIODriverFor(f *Function, aliases []Alias) (driver, module string) {
+	if a, ok := BestMatch(aliases, f.Modalias, true); ok && a.Module != "vfio_pci" {
+		return h.DriverOfModule(a.Module), a.Module
+	}
+	return "vfio-pci", "vfio_pci"
+}
+
+// HostDriverFor returns the loaded, non-vfio driver the kernel would probe
+// f with (the most specific matching alias), or "" when there is none.
+func (h *Host) HostDriverFor(f *Function, aliases []Alias) string {
+	best, bestScore := "", 0
+	for _, a := range aliases {
+		if a.IsVFIO() || !a.Matches(f.Modalias) {
+			continue
+		}
+		d := h.DriverOfModule(a.Module)
+		if IsVFIODriver(d) || !h.DriverLoaded(d) {
+			continue
+		}
+		if best == "" || a.specificity() > bestScore {
+			best, bestScore = d, a.specificity()
+		}
+	}
+	return best
+}
+
+// SetDriverOverride writes driver_override; "" clears it.
+func (h *Host) SetDriverOverride(a Address, driver string) error {
+	data := driver
+	if driver == "" {
+		data = "\n"
+	} else if !validName(driver) {
+		return fmt.Errorf("PCI function %s: invalid driver name %q", a, driver)
+	}
+	p := filepath.Join(h.functionDir(a), "driver_override")
+	if err := h.writer.WriteFile(p, []byte(data)); err != nil {
+		return fmt.Errorf("PCI function %s: set driver_override to %q: %w", a, driver, err)
+	}
+	return nil
+}
+
+// Unbind detaches f from its driver.
+func (h *Host) Unbind(a Address) error {
+	p := filepath.Join(h.functionDir(a), "driver", "unbind")
+	if err := h.writer.WriteFile(p, []byte(a)); err != nil {
+		return fmt.Errorf("PCI function %s: unbind: %w", a, err)
+	}
+	return nil
+}
+
+// Probe asks the kernel to bind f to the driver that matches it (honouring
+// driver_override).
+func (h *Host) Probe(a Address) error {
+	p := filepath.Join(h.sysfs, "bus", "pci", "drivers_probe")
+	if err := h.writer.WriteFile(p, []byte(a)); err != nil {
+		return fmt.Errorf("PCI function %s: drivers_probe: %w", a, err)
+	}
+	return nil
+}

@@ -1,0 +1,264 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Role is what a PCI function is for.
+type Role string
+
+// Roles of PCI functions.
+const (
+	RoleGPU      Role = "gpu"
+	RoleAudio    Role = "audio"
+	RoleUSB      Role = "usb"
+	RoleSerial   Role = "serial"
+	RoleNVSwitch Role = "nvswitch"
+	RoleOther    Role = "other"
+)
+
+// VendorNVIDIA is NVIDIA's PCI vendor id.
+const VendorNVIDIA uint16 = 0x10de
+
+// ClassBridgeOther is the class NVSwitches report (0x0680).
+const ClassBridgeOther uint32 = 0x0680
+
+// RoleOf classifies a function by vendor and class code.
+func RoleOf(vendor uint16, class uint32) Role {
+	switch {
+	case class>>16 == 0x03:
+		return RoleGPU
+	case class>>8 == 0x0403:
+		return RoleAudio
+	case class>>8 == 0x0c03:
+		return RoleUSB
+	case class>>8 == 0x0c80:
+		return RoleSerial
+	case class>>8 == ClassBridgeOther && vendor == VendorNVIDIA:
+		return RoleNVSwitch
+	}
+	return RoleOther
+}
+
+// IsPCIBridge reports a PCI-to-PCI bridge (class 0x0604), which may share
+// an IOMMU group without blocking passthrough.
+func IsPCIBridge(class uint32) bool { return class>>8 == 0x0604 }
+
+// NoGroup is the IOMMU group of a function without one.
+const NoGroup = -1
+
+// Function is one PCI function as sysfs shows it.
+type Function struct {
+	Address         Address
+	Vendor          uint16
+	Device          uint16
+	SubsystemVendor uint16
+	SubsystemDevice uint16
+	Class           uint32
+	Driver          string // "" when unbound
+	DriverOverride  string // "" when unset ("(null)" in sysfs)
+	IOMMUGroup      int    // NoGroup without IOMMU
+	NUMANode        int    // -1 when unknown
+	Modalias        string
+	Role            Role
+	PhysFn          Address   // set on an SR-IOV VF
+	VirtFns         []Address // on an SR-IOV PF
+	SRIOVTotalVFs   int
+	SRIOVNumVFs     int
+	NetInterfaces   []string // names under net/
+	VFIODevices     []string // vfio-dev/vfioN (iommufd cdev) names
+}
+
+// Card is the slot key: functions with the same Card belong to one card.
+func (f *Function) Card() string { return f.Address.Slot() }
+
+// readFunction reads one function directory. dir is
+// <sysfs>/bus/pci/devices/<addr> (a symlink, as on a real kernel).
+func readFunction(dir string, addr Address) (*Function, error) {
+	f := &Function{Address: addr, IOMMUGroup: NoGroup, NUMANode: -1}
+	var err error
+	if f.Vendor, err = readID(dir, "vendor"); err != nil {
+		return nil, err
+	}
+	if f.Device, err = readID(dir, "device"); err != nil {
+		return nil, err
+	}
+	classText, err := readAttr(dir, "class")
+	if err != nil {
+		return nil, err
+	}
+	if f.Class, err = ParseClass(classText); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "class"), err)
+	}
+	if f.SubsystemVendor, err = readOptionalID(dir, "subsystem_vendor"); err != nil {
+		return nil, err
+	}
+	if f.SubsystemDevice, err = readOptionalID(dir, "subsystem_device"); err != nil {
+		return nil, err
+	}
+	if f.Driver, err = linkBase(filepath.Join(dir, "driver")); err != nil {
+		return nil, err
+	}
+	override, err := readOptionalAttr(dir, "driver_override")
+	if err != nil {
+		return nil, err
+	}
+	if override != "(null)" {
+		f.DriverOverride = override
+	}
+	group, err := linkBase(filepath.Join(dir, "iommu_group"))
+	if err != nil {
+		return nil, err
+	}
+	if group != "" {
+		if f.IOMMUGroup, err = strconv.Atoi(group); err != nil || f.IOMMUGroup < 0 {
+			return nil, fmt.Errorf("%s: invalid IOMMU group %q", filepath.Join(dir, "iommu_group"), group)
+		}
+	}
+	if f.NUMANode, err = readOptionalInt(dir, "numa_node", -1); err != nil {
+		return nil, err
+	}
+	if f.Modalias, err = readOptionalAttr(dir, "modalias"); err != nil {
+		return nil, err
+	}
+	if f.SRIOVTotalVFs, err = readOptionalInt(dir, "sriov_totalvfs", 0); err != nil {
+		return nil, err
+	}
+	if f.SRIOVNumVFs, err = readOptionalInt(dir, "sriov_numvfs", 0); err != nil {
+		return nil, err
+	}
+	phys, err := linkBase(filepath.Join(dir, "physfn"))
+	if err != nil {
+		return nil, err
+	}
+	if phys != "" {
+		if f.PhysFn, err = ParseAddress(phys); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "physfn"), err)
+		}
+	}
+	if err := f.readChildren(dir); err != nil {
+		return nil, err
+	}
+	f.Role = RoleOf(f.Vendor, f.Class)
+	return f, nil
+}
+
+// readChildren reads virtfnN links, net/ and vfio-dev/ entries.
+func (f *Function) readChildren(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read PCI function %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "virtfn") {
+			continue
+		}
+		target, err := linkBase(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		vf, err := ParseAddress(target)
+		if err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+		}
+		f.VirtFns = append(f.VirtFns, vf)
+	}
+	sort.Slice(f.VirtFns, func(i, j int) bool { return f.VirtFns[i] < f.VirtFns[j] })
+	if f.NetInterfaces, err = dirNames(filepath.Join(dir, "net")); err != nil {
+		return err
+	}
+	if f.VFIODevices, err = dirNames(filepath.Join(dir, "vfio-dev")); err != nil {
+		return err
+	}
+	return nil
+}
+
+func readAttr(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", p, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func readOptionalAttr(dir, name string) (string, error) {
+	s, err := readAttr(dir, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return s, err
+}
+
+func readID(dir, name string) (uint16, error) {
+	s, err := readAttr(dir, name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseID(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+	}
+	return v, nil
+}
+
+func readOptionalID(dir, name string) (uint16, error) {
+	s, err := readOptionalAttr(dir, name)
+	if err != nil || s == "" {
+		return 0, err
+	}
+	v, err := ParseID(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+	}
+	return v, nil
+}
+
+func readOptionalInt(dir, name string, def int) (int, error) {
+	s, err := readOptionalAttr(dir, name)
+	if err != nil || s == "" {
+		return def, err
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: invalid number %q", filepath.Join(dir, name), s)
+	}
+	return v, nil
+}
+
+// linkBase returns the last element of a symlink's target, "" when the
+// link does not exist.
+func linkBase(p string) (string, error) {
+	target, err := os.Readlink(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read link %s: %w", p, err)
+	}
+	return filepath.Base(target), nil
+}
+
+// dirNames lists a directory's entry names, nil when it does not exist.
+func dirNames(p string) ([]string, error) {
+	entries, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read dir %s: %w", p, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}

@@ -1,0 +1,184 @@
+package host
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Holder is a process holding a device node open.
+type Holder struct {
+	PID  int
+	Comm string
+}
+
+func (h Holder) String() string { return fmt.Sprintf("pid %d (%s)", h.PID, h.Comm) }
+
+// Usage is one scan of the open files of every process under the proc root.
+type Usage struct {
+	open map[string][]Holder // cleaned absolute path -> holders
+}
+
+// Holders returns the processes holding path open.
+func (u *Usage) Holders(path string) []Holder { return u.open[filepath.Clean(path)] }
+
+// ScanUsage reads /proc/<pid>/fd of every process. Processes that exit or
+// deny access during the scan are skipped; a missing proc root is an error.
+func (h *Host) ScanUsage() (*Usage, error) {
+	u := &Usage{open: map[string][]Holder{}}
+	entries, err := os.ReadDir(h.proc)
+	if err != nil {
+		return nil, fmt.Errorf("scan processes: %w", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		fdDir := filepath.Join(h.proc, e.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue // exited or not ours to read
+		}
+		var holder *Holder
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil || !filepath.IsAbs(target) {
+				continue
+			}
+			if holder == nil {
+				comm, _ := readOptionalAttr(filepath.Join(h.proc, e.Name()), "comm")
+				holder = &Holder{PID: pid, Comm: comm}
+			}
+			p := filepath.Clean(target)
+			u.open[p] = append(u.open[p], *holder)
+		}
+	}
+	return u, nil
+}
+
+// InUse lists why f is in use: a process holding its VFIO group or device
+// node, its host driver's device node, or an up network interface. An
+// empty list means idle.
+func (h *Host) InUse(f *Function, u *Usage) ([]string, error) {
+	var reasons []string
+	for _, node := range h.deviceNodes(f) {
+		for _, hd := range u.Holders(node) {
+			reasons = append(reasons, fmt.Sprintf("in use: %s held by %s", node, hd))
+		}
+	}
+	for _, ifname := range f.NetInterfaces {
+		up, err := h.links.LinkUp(ifname)
+		if err != nil {
+			return nil, fmt.Errorf("PCI function %s: %w", f.Address, err)
+		}
+		if up {
+			reasons = append(reasons, fmt.Sprintf("in use: network interface %s is up", ifname))
+		}
+	}
+	return reasons, nil
+}
+
+// deviceNodes lists the /dev paths through which f can be used.
+func (h *Host) deviceNodes(f *Function) []string {
+	var nodes []string
+	if f.IOMMUGroup != NoGroup {
+		g := strconv.Itoa(f.IOMMUGroup)
+		nodes = append(nodes, filepath.Join(h.dev, "vfio", g), filepath.Join(h.dev, "vfio", "noiommu-"+g))
+	}
+	for _, v := range f.VFIODevices {
+		if validName(v) {
+			nodes = append(nodes, filepath.Join(h.dev, "vfio", "devices", v))
+		}
+	}
+	if f.Driver == "nvidia" {
+		if minor, ok := h.nvidiaMinor(f.Address); ok {
+			nodes = append(nodes, filepath.Join(h.dev, fmt.Sprintf("nvidia%d", minor)))
+		}
+	}
+	nodes = append(nodes, h.classDeviceNodes(f.Address)...)
+	sort.Strings(nodes)
+	return nodes
+}
+
+// nvidiaMinor reads the GPU's minor from the NVIDIA driver's proc file.
+func (h *Host) nvidiaMinor(a Address) (int, bool) {
+	p := filepath.Join(h.proc, "driver", "nvidia", "gpus", string(a), "information")
+	file, err := os.Open(p)
+	if err != nil {
+		return 0, false
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "Device Minor" {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// classDeviceNodes finds device nodes of class devices the host driver
+// created below the function (drm/card0, sound/card0/controlC0, ...),
+// from the DEVNAME of their uevent files. Symlinks are not followed.
+func (h *Host) classDeviceNodes(a Address) []string {
+	root, err := filepath.EvalSymlinks(h.functionDir(a))
+	if err != nil {
+		return nil
+	}
+	var nodes []string
+	const maxDepth = 3
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		depth := strings.Count(rel, string(filepath.Separator))
+		if d.IsDir() && p != root {
+			if depth >= maxDepth || isPCIFunctionName(d.Name()) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.Name() != "uevent" || p == filepath.Join(root, "uevent") {
+			return nil
+		}
+		if name := devName(p); name != "" {
+			nodes = append(nodes, filepath.Join(h.dev, name))
+		}
+		return nil
+	})
+	return nodes
+}
+
+func isPCIFunctionName(s string) bool {
+	_, err := ParseAddress(s)
+	return err == nil && strings.Count(s, ":") == 2
+}
+
+func devName(ueventPath string) string {
+	b, err := os.ReadFile(ueventPath)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "DEVNAME="); ok {
+			v = filepath.Clean(v)
+			if v != "." && !strings.HasPrefix(v, "..") && !filepath.IsAbs(v) {
+				return v
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,163 @@
+package vfio
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+)
+
+// StatusReport is the JSON of `vfio-manager status`.
+type StatusReport struct {
+	IOMMU   IOMMUReport    `json:"iommu"`
+	Devices []DeviceReport `json:"devices"`
+}
+
+// IOMMUReport is the IOMMU part of a status.
+type IOMMUReport struct {
+	Enabled       bool     `json:"enabled"`
+	UnsafeNoIOMMU bool     `json:"unsafeNoIOMMU"`
+	Units         []string `json:"units"`
+}
+
+// DeviceReport is one function in a status.
+type DeviceReport struct {
+	Address         string   `json:"address"`
+	Vendor          string   `json:"vendor"`
+	Device          string   `json:"device"`
+	Class           string   `json:"class"`
+	Driver          string   `json:"driver"`
+	IOMMUGroup      *int     `json:"iommuGroup"`
+	Role            string   `json:"role"`
+	SubsystemVendor string   `json:"subsystemVendor"`
+	SubsystemDevice string   `json:"subsystemDevice"`
+	DriverOverride  string   `json:"driverOverride"`
+	NUMANode        int      `json:"numaNode"`
+	GroupType       string   `json:"iommuGroupType,omitempty"`
+	PhysFn          string   `json:"physFn,omitempty"`
+	VirtFns         []string `json:"virtFns,omitempty"`
+}
+
+// Status builds the status report of the functions of one vendor (all
+// functions when vendor is 0).
+func Status(snap *host.Snapshot, vendor uint16) StatusReport {
+	r := StatusReport{
+		IOMMU:   IOMMUReport{Enabled: snap.IOMMU.Enabled, UnsafeNoIOMMU: snap.IOMMU.UnsafeNoIOMMU, Units: snap.IOMMU.Units},
+		Devices: []DeviceReport{},
+	}
+	if r.IOMMU.Units == nil {
+		r.IOMMU.Units = []string{}
+	}
+	for _, f := range snap.Functions {
+		if vendor != 0 && f.Vendor != vendor {
+			continue
+		}
+		d := DeviceReport{
+			Address: string(f.Address), Vendor: fmt.Sprintf("%04x", f.Vendor), Device: fmt.Sprintf("%04x", f.Device),
+			Class: fmt.Sprintf("%06x", f.Class), Driver: f.Driver, Role: string(f.Role),
+			SubsystemVendor: fmt.Sprintf("%04x", f.SubsystemVendor), SubsystemDevice: fmt.Sprintf("%04x", f.SubsystemDevice),
+			DriverOverride: f.DriverOverride, NUMANode: f.NUMANode, PhysFn: string(f.PhysFn),
+		}
+		if f.IOMMUGroup != host.NoGroup {
+			g := f.IOMMUGroup
+			d.IOMMUGroup = &g
+			if grp, ok := snap.Groups[g]; ok {
+				d.GroupType = grp.Type
+			}
+		}
+		for _, vf := range f.VirtFns {
+			d.VirtFns = append(d.VirtFns, string(vf))
+		}
+		r.Devices = append(r.Devices, d)
+	}
+	return r
+}
+
+// ChangeReport is the JSON of plan, bind and unbind.
+type ChangeReport struct {
+	Target  Target    `json:"target"`
+	DryRun  bool      `json:"dryRun"`
+	Actions []Action  `json:"actions"`
+	Refused []Refusal `json:"refused"`
+}
+
+// PlanReport renders a plan (nothing done).
+func PlanReport(p *Plan) ChangeReport {
+	return ChangeReport{Target: p.Target, DryRun: true, Actions: nonNil(p.Actions), Refused: nonNil(p.Refused)}
+}
+
+// ResultReport renders what an apply did.
+func ResultReport(r *Result) ChangeReport {
+	return ChangeReport{Target: r.Target, Actions: nonNil(r.Actions), Refused: nonNil(r.Refused)}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// WriteJSON writes v as indented JSON.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// WriteStatusTable writes a status as a table.
+func WriteStatusTable(w io.Writer, r StatusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "IOMMU enabled: %v", r.IOMMU.Enabled)
+	if r.IOMMU.UnsafeNoIOMMU {
+		fmt.Fprint(tw, " (unsafe no-IOMMU mode)")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "ADDRESS\tID\tCLASS\tROLE\tDRIVER\tGROUP\tNUMA")
+	for _, d := range r.Devices {
+		group := "-"
+		if d.IOMMUGroup != nil {
+			group = fmt.Sprint(*d.IOMMUGroup)
+		}
+		drv := d.Driver
+		if drv == "" {
+			drv = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%d\n", d.Address, d.Vendor, d.Device, d.Class, d.Role, drv, group, d.NUMANode)
+	}
+	return tw.Flush()
+}
+
+// WriteChangeTable writes a plan or result as a table.
+func WriteChangeTable(w io.Writer, r ChangeReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	verb := "DONE"
+	if r.DryRun {
+		verb = "PLANNED"
+	}
+	if len(r.Actions) == 0 && len(r.Refused) == 0 {
+		fmt.Fprintf(tw, "Nothing to do: every selected function is on its %s driver\n", r.Target)
+	}
+	if len(r.Actions) > 0 {
+		fmt.Fprintf(tw, "%s\tADDRESS\tFROM\tTO\n", verb)
+		for _, a := range r.Actions {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", a.Address, orNone(a.From), orNone(a.To))
+		}
+	}
+	if len(r.Refused) > 0 {
+		fmt.Fprintln(tw, "REFUSED\tADDRESS\tREASON")
+		for _, x := range r.Refused {
+			fmt.Fprintf(tw, "\t%s\t%s\n", x.Address, x.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
