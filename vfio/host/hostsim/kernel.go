@@ -83,11 +83,11 @@ func New(dir string, iommu bool) (*Kernel, error) {
 		}
 	}
 	files := map[string]string{
-		"sys/bus/pci/drivers_probe":                            "",
-		"sys/bus/pci/drivers_autoprobe":                        "1\n",
+		"sys/bus/pci/drivers_probe":                             "",
+		"sys/bus/pci/drivers_autoprobe":                         "1\n",
 		"sys/module/vfio/parameters/enable_unsafe_noiommu_mode": "N\n",
-		"proc/sys/kernel/osrelease":                            k.release + "\n",
-		"dev/vfio/vfio":                                        "",
+		"proc/sys/kernel/osrelease":                             k.release + "\n",
+		"dev/vfio/vfio":                                         "",
 	}
 	if iommu {
 		if err := os.MkdirAll(filepath.Join(dir, "sys/class/iommu/dmar0"), 0o755); err != nil {
