@@ -38,6 +38,7 @@ type Selection struct {
 	Devices    []host.Address // explicit functions, whatever their vendor
 	Vendor     uint16
 	NVSwitches bool
+	Exclude    []host.Address // never selected, even by All
 }
 
 // Action moves one function from one driver to another.
@@ -113,6 +114,10 @@ func NewPlanner(h *host.Host) (*Planner, error) {
 // that shares the function's IOMMU group. Unknown devices are bad input.
 func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
 	chosen := map[host.Address]*host.Function{}
+	excluded := map[host.Address]bool{}
+	for _, a := range sel.Exclude {
+		excluded[a] = true
+	}
 	for _, a := range sel.Devices {
 		f, ok := p.Snap.Function(a)
 		if !ok {
@@ -125,7 +130,7 @@ func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
 			if f.Vendor != sel.Vendor || host.IsPCIBridge(f.Class) || f.PhysFn != "" {
 				continue
 			}
-			if f.Role == host.RoleNVSwitch && !sel.NVSwitches {
+			if (f.Role == host.RoleNVSwitch && !sel.NVSwitches) || excluded[f.Address] {
 				continue
 			}
 			chosen[f.Address] = f
@@ -133,7 +138,7 @@ func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
 	}
 	for _, f := range mapValues(chosen) {
 		for _, c := range p.Snap.CardFunctions(f) {
-			if c.IOMMUGroup == f.IOMMUGroup && f.IOMMUGroup != host.NoGroup {
+			if c.IOMMUGroup == f.IOMMUGroup && f.IOMMUGroup != host.NoGroup && !excluded[c.Address] {
 				chosen[c.Address] = c
 			}
 		}

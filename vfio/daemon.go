@@ -1,0 +1,289 @@
+package vfio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+)
+
+// ReadyFileName is the readiness file the daemon keeps in its ready dir
+// while the node's functions are where the desired state wants them.
+const ReadyFileName = "vfio-manager.ready"
+
+// DaemonOptions configure a Daemon.
+type DaemonOptions struct {
+	Host *host.Host
+	// Desired is used when ConfigFile is empty.
+	Desired Desired
+	// ConfigFile holds the desired state; it is watched for changes.
+	ConfigFile string
+	// ReadyDir receives ReadyFileName; empty disables the file.
+	ReadyDir string
+	// Resync is the period of the safety-net reconcile (default 5m).
+	Resync time.Duration
+	Log    logr.Logger
+	// Registerer receives the daemon's metrics; nil uses a private registry.
+	Registerer prometheus.Registerer
+}
+
+// Daemon holds a desired state and reconciles the host towards it. It
+// never unbinds a function in use, and it changes nothing on shutdown.
+type Daemon struct {
+	opts    DaemonOptions
+	mu      sync.Mutex
+	ready   bool
+	last    *ReadyReport
+	metrics daemonMetrics
+	gather  prometheus.Gatherer
+}
+
+// ReadyReport is the content of the readiness file and of /readyz.
+type ReadyReport struct {
+	Ready   bool      `json:"ready"`
+	Time    time.Time `json:"time"`
+	VFIO    []string  `json:"vfio"`
+	Actions []Action  `json:"actions"`
+	Refused []Refusal `json:"refused"`
+	Error   string    `json:"error,omitempty"`
+}
+
+type daemonMetrics struct {
+	reconciles *prometheus.CounterVec
+	functions  *prometheus.GaugeVec
+	ready      prometheus.Gauge
+}
+
+// NewDaemon validates the options.
+func NewDaemon(opts DaemonOptions) (*Daemon, error) {
+	if opts.Host == nil {
+		return nil, errors.New("daemon: no host")
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 5 * time.Minute
+	}
+	if opts.ConfigFile == "" {
+		if _, _, err := opts.Desired.Selections(); err != nil {
+			return nil, err
+		}
+	}
+	d := &Daemon{opts: opts}
+	reg := opts.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, d.gather = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		d.gather = g
+	}
+	d.metrics = daemonMetrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_vfio_reconciles_total",
+			Help: "Reconciles by result (ok, refused, error)."}, []string{"result"}),
+		functions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sandbox_gpu_vfio_functions",
+			Help: "Selected functions by state after the last reconcile (vfio, refused)."}, []string{"state"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_vfio_ready", Help: "1 when the node is ready."}),
+	}
+	for _, c := range []prometheus.Collector{d.metrics.reconciles, d.metrics.functions, d.metrics.ready} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("daemon: register metrics: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Run reconciles at start, on every change of the config file and every
+// Resync, until ctx ends. On return the readiness file is removed and no
+// function is moved.
+func (d *Daemon) Run(ctx context.Context) error {
+	var events <-chan fsnotify.Event
+	if d.opts.ConfigFile != "" {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			return fmt.Errorf("daemon: watch config: %w", err)
+		}
+		defer w.Close()
+		// Watch the folder: ConfigMap updates replace the file by rename.
+		if err := w.Add(filepath.Dir(d.opts.ConfigFile)); err != nil {
+			return fmt.Errorf("daemon: watch config %s: %w", d.opts.ConfigFile, err)
+		}
+		events = w.Events
+	}
+	defer d.clearReady()
+	tick := time.NewTicker(d.opts.Resync)
+	defer tick.Stop()
+	d.reconcileAndLog(ctx, "start")
+	for {
+		select {
+		case <-ctx.Done():
+			d.opts.Log.Info("Stopping; functions stay where they are")
+			return nil
+		case ev := <-events:
+			if filepath.Base(ev.Name) == filepath.Base(d.opts.ConfigFile) || ev.Has(fsnotify.Create) {
+				d.reconcileAndLog(ctx, "config changed")
+			}
+		case <-tick.C:
+			d.reconcileAndLog(ctx, "resync")
+		}
+	}
+}
+
+func (d *Daemon) reconcileAndLog(ctx context.Context, why string) {
+	rep, err := d.Reconcile(ctx)
+	log := d.opts.Log.WithValues("trigger", why)
+	if err != nil {
+		log.Error(err, "Reconcile failed")
+		return
+	}
+	for _, a := range rep.Actions {
+		log.Info("Moved function", "address", a.Address, "from", a.From, "to", a.To)
+	}
+	for _, r := range rep.Refused {
+		log.Info("Left function as it is", "address", r.Address, "reason", r.Reason)
+	}
+	log.V(1).Info("Reconciled", "vfio", len(rep.VFIO), "refused", len(rep.Refused))
+}
+
+// Reconcile moves the host one step towards the desired state and updates
+// readiness.
+func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
+	rep, err := d.reconcile(ctx)
+	if err != nil {
+		d.metrics.reconciles.WithLabelValues("error").Inc()
+		d.setReady(&ReadyReport{Time: time.Now(), Error: err.Error()})
+		return nil, err
+	}
+	result := "ok"
+	if len(rep.Refused) > 0 {
+		result = "refused"
+	}
+	d.metrics.reconciles.WithLabelValues(result).Inc()
+	d.metrics.functions.WithLabelValues("vfio").Set(float64(len(rep.VFIO)))
+	d.metrics.functions.WithLabelValues("refused").Set(float64(len(rep.Refused)))
+	d.setReady(rep)
+	return rep, nil
+}
+
+func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
+	desired := d.opts.Desired
+	if d.opts.ConfigFile != "" {
+		var err error
+		if desired, err = LoadDesired(d.opts.ConfigFile); err != nil {
+			return nil, err
+		}
+	}
+	toVFIO, toHost, err := desired.Selections()
+	if err != nil {
+		return nil, err
+	}
+	rep := &ReadyReport{Ready: true, Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
+	for _, step := range []struct {
+		sel    Selection
+		target Target
+	}{{toHost, ToHost}, {toVFIO, ToVFIO}} {
+		if !step.sel.All && len(step.sel.Devices) == 0 {
+			continue
+		}
+		planner, err := NewPlanner(d.opts.Host)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := planner.Plan(step.sel, step.target)
+		if err != nil {
+			return nil, err
+		}
+		res := Apply(ctx, d.opts.Host, plan, ApplyOptions{})
+		rep.Actions = append(rep.Actions, res.Actions...)
+		rep.Refused = append(rep.Refused, res.Refused...)
+		if step.target == ToVFIO {
+			for _, a := range plan.Selected {
+				if f, err := d.opts.Host.ReadFunction(a); err == nil && host.IsVFIODriver(f.Driver) {
+					rep.VFIO = append(rep.VFIO, string(a))
+				}
+			}
+		}
+	}
+	return rep, nil
+}
+
+func (d *Daemon) setReady(rep *ReadyReport) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ready, d.last = rep.Ready, rep
+	if rep.Ready {
+		d.metrics.ready.Set(1)
+	} else {
+		d.metrics.ready.Set(0)
+	}
+	if d.opts.ReadyDir == "" {
+		return
+	}
+	p := filepath.Join(d.opts.ReadyDir, ReadyFileName)
+	if !rep.Ready {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)
+		}
+		return
+	}
+	if err := writeJSONAtomic(p, rep); err != nil {
+		d.opts.Log.Error(err, "Cannot write readiness file", "path", p)
+	}
+}
+
+func (d *Daemon) clearReady() {
+	d.setReady(&ReadyReport{Time: time.Now(), Error: "stopped"})
+}
+
+// Handler serves /healthz (alive), /readyz (200 when ready, with the last
+// report) and /metrics.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		d.mu.Lock()
+		ready, last := d.ready, d.last
+		d.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if last == nil {
+			last = &ReadyReport{Error: "not reconciled yet"}
+		}
+		_ = WriteJSON(w, last)
+	})
+	if d.gather != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(d.gather, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+func writeJSONAtomic(path string, v any) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := WriteJSON(tmp, v); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

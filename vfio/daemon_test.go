@@ -1,0 +1,194 @@
+package vfio
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+)
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func readReady(dir string) (*ReadyReport, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, ReadyFileName))
+	if err != nil {
+		return nil, false
+	}
+	var r ReadyReport
+	if json.Unmarshal(b, &r) != nil {
+		return nil, false
+	}
+	return &r, true
+}
+
+func refusedFor(r *ReadyReport, a host.Address) string {
+	for _, x := range r.Refused {
+		if x.Address == a {
+			return x.Reason
+		}
+	}
+	return ""
+}
+
+type runningDaemon struct {
+	d      *Daemon
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startDaemon(t *testing.T, h *host.Host, cfg, readyDir string) *runningDaemon {
+	t.Helper()
+	d, err := NewDaemon(DaemonOptions{Host: h, ConfigFile: cfg, ReadyDir: readyDir, Resync: time.Hour, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { rd.done <- d.Run(ctx) }()
+	t.Cleanup(cancel)
+	return rd
+}
+
+func (rd *runningDaemon) stop(t *testing.T) {
+	t.Helper()
+	rd.cancel()
+	select {
+	case err := <-rd.done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not stop")
+	}
+}
+
+func TestDaemonHoldsDesiredStateAndNeverUnbindsInUse(t *testing.T) {
+	k, h := buildFixture(t, "gpu-in-use")
+	dir := t.TempDir()
+	cfg, ready := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "ready")
+	require.NoError(t, os.Mkdir(ready, 0o755))
+	require.NoError(t, os.WriteFile(cfg, []byte("all: true\n"), 0o644))
+
+	rd := startDaemon(t, h, cfg, ready)
+	var rep *ReadyReport
+	eventually(t, "readiness file", func() (ok bool) { rep, ok = readReady(ready); return ok })
+	assert.Equal(t, []string{"0000:af:00.0"}, rep.VFIO)
+	assert.Contains(t, refusedFor(rep, "0000:3b:00.0"), "in use", "the busy GPU is reported")
+	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"), "the busy GPU stays on its driver")
+	assert.Equal(t, "vfio-pci", k.DriverOf("0000:af:00.0"))
+
+	// A VM holds the idle GPU's group; asking for it back must not unbind it.
+	require.NoError(t, k.HoldOpen(900, "virt-launcher", "vfio/60"))
+	require.NoError(t, os.WriteFile(cfg, []byte("all: true\nhost: [\"0000:af:00.0\"]\n"), 0o644))
+	eventually(t, "refusal of the held group", func() bool {
+		r, ok := readReady(ready)
+		return ok && strings.Contains(refusedFor(r, "0000:af:00.0"), "virt-launcher")
+	})
+	assert.Equal(t, "vfio-pci", k.DriverOf("0000:af:00.0"))
+
+	// The VM goes; the next change returns the GPU to the host.
+	require.NoError(t, k.Exit(900))
+	require.NoError(t, os.WriteFile(cfg, []byte("all: true\nhost:\n- 0000:af:00.0\n"), 0o644))
+	eventually(t, "GPU back on nvidia", func() bool { return k.DriverOf("0000:af:00.0") == "nvidia" })
+
+	before := drivers(k)
+	rd.stop(t)
+	_, ok := readReady(ready)
+	assert.False(t, ok, "readiness file removed on shutdown")
+	assert.Equal(t, before, drivers(k), "shutdown moves nothing")
+	assert.Empty(t, k.Violations())
+
+	// A restart (upgrade) with the same config writes nothing.
+	k.ResetWrites()
+	rd = startDaemon(t, h, cfg, ready)
+	eventually(t, "readiness after restart", func() bool { _, ok := readReady(ready); return ok })
+	rd.stop(t)
+	assert.Empty(t, k.Writes(), "restart with an unchanged desired state writes nothing")
+}
+
+func TestDaemonRestartKeepsVMsRunning(t *testing.T) {
+	k, h := buildFixture(t, "hgx-h100")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("all: true\nnvswitches: true\n"), 0o644))
+	rd := startDaemon(t, h, cfg, dir)
+	eventually(t, "ready", func() bool { r, ok := readReady(dir); return ok && len(r.VFIO) == 12 })
+	rd.stop(t)
+	require.NoError(t, k.HoldOpen(901, "qemu-kvm", "vfio/20"))
+	k.ResetWrites()
+	rd = startDaemon(t, h, cfg, dir)
+	eventually(t, "ready again", func() bool { r, ok := readReady(dir); return ok && len(r.VFIO) == 12 })
+	rd.stop(t)
+	assert.Empty(t, k.Writes())
+	assert.Equal(t, "vfio-pci", k.DriverOf("0000:18:00.0"))
+}
+
+func TestDaemonBadConfigIsNotReady(t *testing.T) {
+	_, h := buildFixture(t, "a10")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("devices: [\"../../x\"]\n"), 0o644))
+	d, err := NewDaemon(DaemonOptions{Host: h, ConfigFile: cfg, ReadyDir: dir, Log: logr.Discard()})
+	require.NoError(t, err)
+	_, err = d.Reconcile(context.Background())
+	require.ErrorIs(t, err, ErrBadInput)
+	assert.Contains(t, err.Error(), cfg)
+	assert.Contains(t, err.Error(), "../../x")
+	_, ok := readReady(dir)
+	assert.False(t, ok)
+}
+
+func TestDaemonHealthEndpoints(t *testing.T) {
+	_, h := buildFixture(t, "a10")
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Log: logr.Discard()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = get("/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "not ready before the first reconcile")
+	_, err = d.Reconcile(context.Background())
+	require.NoError(t, err)
+	code, body := get("/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "0000:3b:00.0")
+	_, body = get("/metrics")
+	assert.Contains(t, body, "sandbox_gpu_vfio_ready 1")
+	assert.Contains(t, body, `sandbox_gpu_vfio_functions{state="vfio"} 1`)
+}
+
+func TestDesiredRejectsConflicts(t *testing.T) {
+	_, _, err := Desired{Devices: []string{"0000:3b:00.0"}, Host: []string{"3b:00.0"}}.Selections()
+	require.ErrorIs(t, err, ErrBadInput)
+	assert.Contains(t, err.Error(), "0000:3b:00.0")
+	_, _, err = Desired{Vendor: "zz"}.Selections()
+	require.ErrorIs(t, err, ErrBadInput)
+}
