@@ -87,6 +87,11 @@ if [ "$moddir" != "./lib/modules/$ver/" ]; then
 	mv "$tmp/${moddir#./}" "$tmp/lib/modules/$ver"
 	rm -rf "$tmp/usr"
 fi
+# busybox insmod loads only plain .ko files: unpack compressed modules (newer kernels ship .ko.xz).
+find "$tmp/lib/modules" -name '*.ko.xz' -exec xz -d {} +
+if [ -n "$(find "$tmp/lib/modules" -name '*.ko.zst' -print -quit)" ]; then
+	find "$tmp/lib/modules" -name '*.ko.zst' -exec zstd -q -d --rm {} +
+fi
 depmod -b "$tmp" "$ver"
 
 # The uncompressed ELF vmlinux boots faster under TCG (PVH entry, no decompression): find the

@@ -66,7 +66,7 @@ func applyGroup(ctx context.Context, h *host.Host, target Target, group []Action
 			if target == ToVFIO {
 				err = toVFIO(ctx, h, a)
 			} else {
-				err = toHost(h, a)
+				a.To, err = toHost(h, a)
 			}
 		}
 		if err != nil {
@@ -129,35 +129,38 @@ func toVFIO(ctx context.Context, h *host.Host, a Action) error {
 }
 
 // toHost returns one function to its host driver (or none when it has
-// none): clear driver_override, unbind from vfio, probe.
-func toHost(h *host.Host, a Action) error {
+// none): clear driver_override, unbind from vfio, probe. The kernel picks
+// the driver, so a host without modules.alias still gets its driver back;
+// the driver it ends on is returned.
+func toHost(h *host.Host, a Action) (string, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if host.IsVFIODriver(f.DriverOverride) {
 		if err := h.SetDriverOverride(a.Address, ""); err != nil {
-			return err
+			return "", err
 		}
 	}
+	probe := a.To != ""
 	if host.IsVFIODriver(f.Driver) {
 		if err := h.Unbind(a.Address); err != nil {
-			return err
+			return "", err
 		}
-		f.Driver = ""
+		f.Driver, probe = "", true
 	}
-	if f.Driver != "" || a.To == "" {
-		return nil
+	if f.Driver != "" || !probe {
+		return f.Driver, nil
 	}
 	if err := h.Probe(a.Address); err != nil {
-		return err
+		return "", err
 	}
 	now, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if now.Driver != a.To {
-		return fmt.Errorf("PCI function %s: driver is %q after probe, want %s", a.Address, now.Driver, a.To)
+	if a.To != "" && now.Driver != a.To {
+		return now.Driver, fmt.Errorf("PCI function %s: driver is %q after probe, want %s", a.Address, now.Driver, a.To)
 	}
-	return nil
+	return now.Driver, nil
 }

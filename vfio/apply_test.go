@@ -130,3 +130,19 @@ func TestFunctionsOfOneGroupInOrder(t *testing.T) {
 	}
 	assert.Equal(t, addrs(plan.Actions), seen)
 }
+
+// TestUnbindWithoutModulesAlias: a container without the host's
+// /lib/modules still returns functions to their host driver, because the
+// kernel picks the driver on probe.
+func TestUnbindWithoutModulesAlias(t *testing.T) {
+	k, h := buildFixture(t, "workstation")
+	start := drivers(k)
+	require.True(t, run(t, h, allOf(host.VendorNVIDIA), ToVFIO).OK())
+	require.NoError(t, os.Remove(filepath.Join(k.Options().ModulesDir, "modules.alias")))
+	res := run(t, h, allOf(host.VendorNVIDIA), ToHost)
+	require.True(t, res.OK(), "%v", res.Refused)
+	assert.Equal(t, start, drivers(k))
+	for _, a := range res.Actions {
+		assert.Equal(t, start[a.Address], a.To, "the reported driver is the one the kernel chose for %s", a.Address)
+	}
+}

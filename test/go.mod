@@ -1,0 +1,3 @@
+module github.com/sandbox-gpu/sandbox-gpu/test
+
+go 1.26

@@ -1,0 +1,211 @@
+package realkernel
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	kernelDirEnv   = "SANDBOX_GPU_KERNEL_DIR"
+	vfioManagerEnv = "SANDBOX_GPU_VFIO_MANAGER"
+	fetchHint      = "run hack/fetch-kernel.sh (as root) to install QEMU, busybox-static and the Debian kernel"
+)
+
+// hostEnv is what the host provides: QEMU, the extracted kernel and a static busybox.
+type hostEnv struct {
+	repoRoot   string
+	qemu       string
+	kernel     string // vmlinux when extracted (boots faster), else vmlinuz
+	kernelVer  string
+	modulesDir string // lib/modules/<version>
+	busybox    string
+}
+
+// requireHostEnv finds what the test needs or skips the test naming what to run.
+func requireHostEnv(t *testing.T) hostEnv {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatalf("find the repository root: %v", err)
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Skipf("qemu-system-x86_64 not found: %s", fetchHint)
+	}
+	kdir := os.Getenv(kernelDirEnv)
+	if kdir == "" {
+		kdir = filepath.Join(root, ".cache", "kernel")
+	}
+	verBytes, err := os.ReadFile(filepath.Join(kdir, ".complete"))
+	if err != nil {
+		t.Skipf("no extracted kernel in %s (%s overrides it): %s", kdir, kernelDirEnv, fetchHint)
+	}
+	env := hostEnv{repoRoot: root, qemu: qemu, kernelVer: strings.TrimSpace(string(verBytes))}
+	env.modulesDir = filepath.Join(kdir, "lib", "modules", env.kernelVer)
+	env.kernel = filepath.Join(kdir, "boot", "vmlinux-"+env.kernelVer)
+	if _, err := os.Stat(env.kernel); err != nil {
+		env.kernel = filepath.Join(kdir, "boot", "vmlinuz-"+env.kernelVer)
+	}
+	for _, p := range []string{env.kernel, filepath.Join(env.modulesDir, "modules.dep")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("kernel %s in %s is incomplete (%v): delete %s and %s", env.kernelVer, kdir, err, kdir, fetchHint)
+		}
+	}
+	env.busybox = filepath.Join(kdir, "busybox")
+	if err := requireStatic(env.busybox); err != nil {
+		t.Skipf("static busybox: %v: %s", err, fetchHint)
+	}
+	return env
+}
+
+// repoRoot is two levels above this package, checked by its go.mod.
+func repoRoot() (string, error) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", fmt.Errorf("repository root: %w", err)
+	}
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("repository root %s: %w", root, err)
+	}
+	if !bytes.Contains(mod, []byte("module github.com/sandbox-gpu/sandbox-gpu\n")) {
+		return "", fmt.Errorf("repository root %s: go.mod is not module github.com/sandbox-gpu/sandbox-gpu", root)
+	}
+	return root, nil
+}
+
+// requireStatic fails unless path is an ELF executable without an interpreter: the guest
+// has no dynamic loader.
+func requireStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("executable %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("executable %s is dynamically linked", path)
+		}
+	}
+	return nil
+}
+
+// vfioManagerBinary builds ./cmd/vfio-manager statically, or returns the prebuilt binary
+// named by SANDBOX_GPU_VFIO_MANAGER (a static binary, or a shell script for busybox sh). The
+// guest is x86_64 whatever the host is.
+func vfioManagerBinary(t *testing.T, env hostEnv) string {
+	t.Helper()
+	if p := os.Getenv(vfioManagerEnv); p != "" {
+		if isScript(p) {
+			return p // a stand-in run by busybox sh, to check the harness itself
+		}
+		if err := requireStatic(p); err != nil {
+			t.Fatalf("%s: %v", vfioManagerEnv, err)
+		}
+		return p
+	}
+	out := filepath.Join(t.TempDir(), "vfio-manager")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/vfio-manager")
+	cmd.Dir = env.repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	start := time.Now()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build ./cmd/vfio-manager: %v\n%s", err, msg)
+	}
+	t.Logf("built static vfio-manager in %s", time.Since(start).Round(time.Millisecond))
+	if err := requireStatic(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// isScript tells whether path starts with "#!".
+func isScript(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, 2)
+	_, err = io.ReadFull(f, b)
+	return err == nil && string(b) == "#!"
+}
+
+// moduleLoadOrder resolves names (as modprobe spells them) to module files under dir, each
+// after its dependencies, from dir/modules.dep. Built-in modules are left out.
+func moduleLoadOrder(dir string, names []string) ([]string, error) {
+	depText, err := os.ReadFile(filepath.Join(dir, "modules.dep"))
+	if err != nil {
+		return nil, fmt.Errorf("module index: %w", err)
+	}
+	deps := map[string][]string{} // path -> its dependencies' paths
+	byName := map[string]string{} // normalized name -> path
+	for line := range strings.Lines(string(depText)) {
+		path, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		deps[path] = strings.Fields(rest)
+		byName[moduleName(path)] = path
+	}
+	builtin, err := os.ReadFile(filepath.Join(dir, "modules.builtin"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("built-in module list: %w", err)
+	}
+	isBuiltin := map[string]bool{}
+	for line := range strings.Lines(string(builtin)) {
+		isBuiltin[moduleName(strings.TrimSpace(line))] = true
+	}
+
+	var order []string
+	seen := map[string]bool{}
+	var visit func(path string)
+	visit = func(path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		for _, d := range deps[path] {
+			visit(d)
+		}
+		order = append(order, filepath.Join(dir, path))
+	}
+	for _, n := range names {
+		key := moduleName(n)
+		path, ok := byName[key]
+		switch {
+		case ok:
+			visit(path)
+		case isBuiltin[key]:
+		default:
+			return nil, fmt.Errorf("module %s: not in %s/modules.dep", n, dir)
+		}
+	}
+	for _, p := range order {
+		if !strings.HasSuffix(p, ".ko") {
+			return nil, fmt.Errorf("module %s: compressed modules are not supported by busybox insmod", p)
+		}
+	}
+	return order, nil
+}
+
+// moduleName turns kernel/drivers/vfio/pci/vfio-pci.ko into vfio_pci.
+func moduleName(path string) string {
+	base := filepath.Base(path)
+	if i := strings.Index(base, ".ko"); i >= 0 {
+		base = base[:i]
+	}
+	return strings.ReplaceAll(base, "-", "_")
+}

@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := Run(context.Background(), args, &out, &errb)
+	if err != nil {
+		errb.WriteString(err.Error())
+	}
+	return ExitCode(err), out.String(), errb.String()
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"status", "--help"}, {"plan", "--help"}, {"bind", "-h"}, {"unbind", "--help"}, {"daemon", "--help"}} {
+		code, out, _ := runCLI(t, args...)
+		assert.Equal(t, 0, code, "%v", args)
+		assert.Contains(t, out, "Usage", "%v", args)
+	}
+}
+
+func TestBadUsageExitsOne(t *testing.T) {
+	cases := map[string][]string{
+		"no command":        {},
+		"unknown command":   {"frobnicate"},
+		"no selection":      {"bind", "--simulate", "a10"},
+		"path in --device":  {"bind", "--device", "../../x", "--simulate", "a10"},
+		"bad --vendor":      {"plan", "--all", "--vendor", "nvidia", "--simulate", "a10"},
+		"bad --output":      {"status", "--output", "yaml", "--simulate", "a10"},
+		"bad --to":          {"plan", "--all", "--to", "elsewhere", "--simulate", "a10"},
+		"unknown device":    {"plan", "--device", "0000:99:00.0", "--simulate", "a10"},
+		"unknown flag":      {"status", "--frob"},
+		"stray argument":    {"status", "extra"},
+		"unknown simulator": {"status", "--simulate", "nope"},
+		"missing sysfs":     {"status", "--sysfs-root", "/nonexistent/sys"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, args...)
+			assert.Equal(t, 1, code, stderr)
+			assert.NotEmpty(t, stderr)
+		})
+	}
+	_, _, stderr := runCLI(t, "bind", "--device", "../../x", "--simulate", "a10")
+	assert.Contains(t, stderr, `"../../x"`, "the error names the input")
+	_, _, stderr = runCLI(t, "status", "--sysfs-root", "/nonexistent/sys")
+	assert.Contains(t, stderr, "/nonexistent/sys/bus/pci/devices", "the error names the path")
+}
+
+// TestStatusJSONContract decodes status exactly as the contract shapes it.
+func TestStatusJSONContract(t *testing.T) {
+	code, out, stderr := runCLI(t, "status", "--output", "json", "--simulate", "workstation")
+	require.Equal(t, 0, code, stderr)
+	var raw struct {
+		IOMMU   map[string]any   `json:"iommu"`
+		Devices []map[string]any `json:"devices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+	assert.Equal(t, true, raw.IOMMU["enabled"])
+	require.Len(t, raw.Devices, 4)
+	d := raw.Devices[1]
+	assert.Equal(t, "0000:01:00.1", d["address"])
+	assert.Equal(t, "10de", d["vendor"])
+	assert.Equal(t, "1aef", d["device"])
+	assert.Equal(t, "040300", d["class"])
+	assert.Equal(t, "snd_hda_intel", d["driver"])
+	assert.Equal(t, float64(1), d["iommuGroup"])
+	assert.Equal(t, "audio", d["role"])
+	roles := []string{}
+	for _, d := range raw.Devices {
+		roles = append(roles, d["role"].(string))
+	}
+	assert.Equal(t, []string{"gpu", "audio", "usb", "serial"}, roles)
+
+	code, out, _ = runCLI(t, "status", "--output", "json", "--simulate", "iommu-off")
+	require.Equal(t, 0, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+	assert.Equal(t, false, raw.IOMMU["enabled"])
+	assert.Contains(t, raw.Devices[0], "iommuGroup")
+	assert.Nil(t, raw.Devices[0]["iommuGroup"], "iommuGroup is null without IOMMU")
+}
+
+type change struct {
+	Actions []struct{ Address, From, To string } `json:"actions"`
+	Refused []struct{ Address, Reason string }   `json:"refused"`
+}
+
+func TestChangeCommandsExitCodesAndJSON(t *testing.T) {
+	cases := []struct {
+		args    []string
+		code    int
+		actions int
+		reason  string
+	}{
+		{[]string{"plan", "--all", "--simulate", "hgx-h100"}, 0, 8, ""},
+		{[]string{"plan", "--all", "--nvswitches", "--simulate", "hgx-h100"}, 0, 12, ""},
+		{[]string{"bind", "--all", "--simulate", "a10"}, 0, 1, ""},
+		{[]string{"bind", "--device", "3b:00.0", "--simulate", "a10"}, 0, 1, ""},
+		{[]string{"unbind", "--all", "--simulate", "a10"}, 0, 0, ""},
+		{[]string{"plan", "--all", "--to", "host", "--simulate", "a10"}, 0, 0, ""},
+		{[]string{"bind", "--all", "--simulate", "shared-nic"}, 2, 1, "group"},
+		{[]string{"bind", "--all", "--simulate", "iommu-off"}, 2, 0, "iommu"},
+		{[]string{"bind", "--all", "--simulate", "gpu-in-use"}, 2, 1, "in use"},
+		{[]string{"plan", "--all", "--simulate", "gpu-in-use"}, 2, 1, "in use"},
+		{[]string{"bind", "--all", "--sequential", "--simulate", "gh200"}, 0, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, stderr := runCLI(t, append(tc.args, "--output", "json")...)
+			require.Equal(t, tc.code, code, stderr+out)
+			var c change
+			require.NoError(t, json.Unmarshal([]byte(out), &c), out)
+			assert.Len(t, c.Actions, tc.actions)
+			if tc.reason != "" {
+				require.NotEmpty(t, c.Refused)
+				assert.Contains(t, c.Refused[0].Reason, tc.reason)
+			} else {
+				assert.Empty(t, c.Refused)
+			}
+			assert.True(t, strings.Contains(out, `"refused": [`), "refused is a list, never null")
+		})
+	}
+}
+
+func TestTableOutput(t *testing.T) {
+	code, out, _ := runCLI(t, "status", "--simulate", "hgx-h100")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "IOMMU enabled: true")
+	assert.Equal(t, 4, strings.Count(out, "nvswitch"))
+	code, out, _ = runCLI(t, "bind", "--all", "--simulate", "gpu-in-use")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, "REFUSED")
+	assert.Contains(t, out, "pid 4242 (python3)")
+}
+
+// TestRootFlagsAreHonoured points the roots at a simulated tree by flag:
+// status reads only from there.
+func TestRootFlagsAreHonoured(t *testing.T) {
+	fx, err := hostsim.Lookup("gh200")
+	require.NoError(t, err)
+	k, err := fx.Build(t.TempDir())
+	require.NoError(t, err)
+	opts := k.Options()
+	code, out, stderr := runCLI(t, "plan", "--all", "--output", "json",
+		"--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot, "--proc-root", opts.ProcRoot, "--modules-dir", opts.ModulesDir)
+	require.Equal(t, 0, code, stderr)
+	var c change
+	require.NoError(t, json.Unmarshal([]byte(out), &c))
+	require.Len(t, c.Actions, 1)
+	assert.Equal(t, "0009:01:00.0", c.Actions[0].Address)
+	assert.Equal(t, "nvgrace_gpu_vfio_pci", c.Actions[0].To, "variant driver found through --modules-dir")
+
+	// Without --modules-dir the release comes from the proc root, and the
+	// modules folder of that release is absent here: vfio-pci is the fallback.
+	code, out, _ = runCLI(t, "plan", "--all", "--output", "json", "--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot,
+		"--proc-root", opts.ProcRoot, "--modules-dir", filepath.Join(t.TempDir(), "none"))
+	require.Equal(t, 0, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &c))
+	assert.Equal(t, "vfio-pci", c.Actions[0].To)
+}
