@@ -62,14 +62,6 @@ func addrs(as []Action) []host.Address {
 	return out
 }
 
-func refusedAddrs(rs []Refusal) []host.Address {
-	var out []host.Address
-	for _, r := range rs {
-		out = append(out, r.Address)
-	}
-	return out
-}
-
 func hostsimVF(addr, pf string, group int) hostsim.Func {
 	return hostsim.Func{Address: addr, Vendor: 0x10de, Device: 0x2236, SubVendor: 0x10de, SubDevice: 0x14b4,
 		Class: 0x030200, Driver: "nvidia", Group: group, PhysFn: pf, NvidiaMinor: -1}

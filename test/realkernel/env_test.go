@@ -40,7 +40,7 @@ func requireHostEnv(t *testing.T) hostEnv {
 	}
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skipf("qemu-system-x86_64 not found: %s", fetchHint)
+		skipOrFail(t, "qemu-system-x86_64 not found: %s", fetchHint)
 	}
 	kdir := os.Getenv(kernelDirEnv)
 	if kdir == "" {
@@ -48,7 +48,7 @@ func requireHostEnv(t *testing.T) hostEnv {
 	}
 	verBytes, err := os.ReadFile(filepath.Join(kdir, ".complete"))
 	if err != nil {
-		t.Skipf("no extracted kernel in %s (%s overrides it): %s", kdir, kernelDirEnv, fetchHint)
+		skipOrFail(t, "no extracted kernel in %s (%s overrides it): %s", kdir, kernelDirEnv, fetchHint)
 	}
 	env := hostEnv{repoRoot: root, qemu: qemu, kernelVer: strings.TrimSpace(string(verBytes))}
 	env.modulesDir = filepath.Join(kdir, "lib", "modules", env.kernelVer)
@@ -58,12 +58,12 @@ func requireHostEnv(t *testing.T) hostEnv {
 	}
 	for _, p := range []string{env.kernel, filepath.Join(env.modulesDir, "modules.dep")} {
 		if _, err := os.Stat(p); err != nil {
-			t.Skipf("kernel %s in %s is incomplete (%v): delete %s and %s", env.kernelVer, kdir, err, kdir, fetchHint)
+			skipOrFail(t, "kernel %s in %s is incomplete (%v): delete %s and %s", env.kernelVer, kdir, err, kdir, fetchHint)
 		}
 	}
 	env.busybox = filepath.Join(kdir, "busybox")
 	if err := requireStatic(env.busybox); err != nil {
-		t.Skipf("static busybox: %v: %s", err, fetchHint)
+		skipOrFail(t, "static busybox: %v: %s", err, fetchHint)
 	}
 	return env
 }
@@ -208,4 +208,16 @@ func moduleName(path string) string {
 		base = base[:i]
 	}
 	return strings.ReplaceAll(base, "-", "_")
+}
+
+// requireEnv makes a missing QEMU or kernel a failure instead of a skip
+// (CI sets it, so the proof cannot silently vanish).
+const requireEnv = "SANDBOX_GPU_REQUIRE_REAL_KERNEL"
+
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(requireEnv) == "1" {
+		t.Fatalf(format+" ("+requireEnv+"=1)", args...)
+	}
+	t.Skipf(format, args...)
 }
