@@ -12,7 +12,8 @@ type Address string
 // ParseAddress validates a PCI address ("0000:3b:00.0" or the short
 // "3b:00.0") and returns its canonical form. Anything else, including path
 // separators or "..", is an error, so an Address is always safe to join to
-// a sysfs path.
+// a sysfs path. The domain has 4 to 8 hex digits: the kernel prints it with
+// %04x, and Intel VMD creates domains from 0x10000 ("10000:e1:00.0").
 func ParseAddress(s string) (Address, error) {
 	in := strings.ToLower(strings.TrimSpace(s))
 	if strings.Count(in, ":") == 1 {
@@ -28,19 +29,19 @@ func ParseAddress(s string) (Address, error) {
 		return "", fmt.Errorf("invalid PCI address %q: want dddd:bb:dd.f", s)
 	}
 	fields := []struct {
-		text  string
-		width int
-		max   uint64
-		out   *uint64
-		name  string
+		text               string
+		minWidth, maxWidth int
+		max                uint64
+		out                *uint64
+		name               string
 	}{
-		{parts[0], 4, 0xffff, &dom, "domain"},
-		{parts[1], 2, 0xff, &bus, "bus"},
-		{slotFn[0], 2, 0x1f, &dev, "device"},
-		{slotFn[1], 1, 7, &fn, "function"},
+		{parts[0], 4, 8, 0xffffffff, &dom, "domain"},
+		{parts[1], 2, 2, 0xff, &bus, "bus"},
+		{slotFn[0], 2, 2, 0x1f, &dev, "device"},
+		{slotFn[1], 1, 1, 7, &fn, "function"},
 	}
 	for _, f := range fields {
-		if len(f.text) != f.width || !isHex(f.text) {
+		if len(f.text) < f.minWidth || len(f.text) > f.maxWidth || !isHex(f.text) {
 			return "", fmt.Errorf("invalid PCI address %q: bad %s %q", s, f.name, f.text)
 		}
 		v, err := strconv.ParseUint(f.text, 16, 32)
@@ -73,11 +74,18 @@ func isHex(s string) bool {
 	return s != ""
 }
 
+// trimHexPrefix removes one "0x" or "0X" prefix.
+func trimHexPrefix(s string) string {
+	if len(s) >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		return s[2:]
+	}
+	return s
+}
+
 // ParseID parses a PCI vendor or device id such as "10de", "0x10DE" or
 // "0x10de\n" (as sysfs writes it).
 func ParseID(s string) (uint16, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimPrefix(strings.TrimPrefix(t, "0x"), "0X")
+	t := trimHexPrefix(strings.TrimSpace(s))
 	if len(t) == 0 || len(t) > 4 || !isHex(t) {
 		return 0, fmt.Errorf("invalid PCI id %q: want up to 4 hex digits", s)
 	}
@@ -90,8 +98,7 @@ func ParseID(s string) (uint16, error) {
 
 // ParseClass parses a sysfs class value such as "0x030200".
 func ParseClass(s string) (uint32, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimPrefix(strings.TrimPrefix(t, "0x"), "0X")
+	t := trimHexPrefix(strings.TrimSpace(s))
 	if len(t) == 0 || len(t) > 6 || !isHex(t) {
 		return 0, fmt.Errorf("invalid PCI class %q: want up to 6 hex digits", s)
 	}

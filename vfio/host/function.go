@@ -118,8 +118,8 @@ func readFunction(dir string, addr Address) (*Function, error) {
 		return nil, err
 	}
 	if group != "" {
-		if f.IOMMUGroup, err = strconv.Atoi(group); err != nil || f.IOMMUGroup < 0 {
-			return nil, fmt.Errorf("%s: invalid IOMMU group %q", filepath.Join(dir, "iommu_group"), group)
+		if f.IOMMUGroup, err = parseGroup(group); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "iommu_group"), err)
 		}
 	}
 	if f.NUMANode, err = readOptionalInt(dir, "numa_node", -1); err != nil {
@@ -229,7 +229,20 @@ func readOptionalInt(dir, name string, def int) (int, error) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s: invalid number %q", filepath.Join(dir, name), s)
+		return 0, fmt.Errorf("%s: invalid number %q: %w", filepath.Join(dir, name), s, err)
+	}
+	return v, nil
+}
+
+// parseGroup parses an IOMMU group number as the kernel names its folder:
+// decimal digits only.
+func parseGroup(s string) (int, error) {
+	if s == "" || len(s) > 9 || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("invalid IOMMU group %q: want a decimal number", s)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid IOMMU group %q: %w", s, err)
 	}
 	return v, nil
 }

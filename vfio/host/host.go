@@ -132,11 +132,17 @@ func (h *Host) Scan() (*Snapshot, error) {
 	}
 	for _, e := range names {
 		addr, err := ParseAddress(e.Name())
+		if err == nil && string(addr) != e.Name() {
+			err = fmt.Errorf("PCI address %q is not in canonical form %q", e.Name(), addr)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(h.devicesDir(), e.Name()), err)
 		}
 		f, err := readFunction(h.functionDir(addr), addr)
 		if err != nil {
+			if h.vanished(addr) {
+				continue // removed while we read it (a VF going away)
+			}
 			return nil, err
 		}
 		s.Functions = append(s.Functions, f)
@@ -164,6 +170,12 @@ func (h *Host) Scan() (*Snapshot, error) {
 		s.IOMMU.Enabled = true
 	}
 	return s, nil
+}
+
+// vanished reports whether a function's sysfs entry is gone.
+func (h *Host) vanished(a Address) bool {
+	_, err := os.Stat(h.functionDir(a))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // ReadFunction re-reads one function.

@@ -120,7 +120,7 @@ func (k *Kernel) driverAttr(d *Driver, attr, data string) error {
 		if k.driverOf(f) != "" {
 			return syscall.EBUSY
 		}
-		if ov := k.override(f); (ov != "" && ov != d.Name) || (ov == "" && !k.matches(d, f)) {
+		if !k.canBind(d, f) {
 			return syscall.ENODEV
 		}
 		return k.bind(f, d)
@@ -136,7 +136,7 @@ func (k *Kernel) driverAttr(d *Driver, attr, data string) error {
 		}
 		d.dynIDs = append(d.dynIDs, [2]uint16{v, dev})
 		for _, f := range k.funcs { // the kernel attaches the driver to every idle match
-			if k.driverOf(f) == "" && k.override(f) == "" && k.matches(d, f) {
+			if k.driverOf(f) == "" && k.canBind(d, f) {
 				_ = k.bind(f, d)
 			}
 		}
@@ -174,6 +174,15 @@ func (k *Kernel) override(f *simFunc) string {
 		return ""
 	}
 	return v
+}
+
+// canBind is the kernel's pci_match_device: with driver_override set only
+// that driver matches (and always does); otherwise d's id table decides.
+func (k *Kernel) canBind(d *Driver, f *simFunc) bool {
+	if ov := k.override(f); ov != "" {
+		return ov == d.Name
+	}
+	return k.matches(d, f)
 }
 
 // matches reports whether d's id table (aliases and new_id entries) matches
