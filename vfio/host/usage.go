@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Holder is a process holding a device node open.
@@ -22,16 +23,56 @@ func (h Holder) String() string { return fmt.Sprintf("pid %d (%s)", h.PID, h.Com
 
 // Usage is one scan of the open files of every process under the proc root.
 type Usage struct {
-	open map[string][]Holder // cleaned absolute path -> holders
+	open  map[string][]Holder // cleaned absolute path -> holders
+	rdevs map[uint64][]Holder // character device number -> holders
 }
 
-// Holders returns the processes holding path open.
+// Holders returns the processes holding path open, by path as /proc shows
+// it.
 func (u *Usage) Holders(path string) []Holder { return u.open[filepath.Clean(path)] }
+
+// nodeHolders returns the processes holding a device node of this host's
+// dev root open. /proc shows paths as the holder sees them ("/dev/vfio/12"),
+// which differ from the dev root when it is mounted elsewhere (a container
+// with the host's /dev at /host/dev), so the node also matches by its path
+// under /dev and by its device number.
+func (h *Host) nodeHolders(u *Usage, node string) []Holder {
+	var all []Holder
+	all = append(all, u.open[filepath.Clean(node)]...)
+	if rel, err := filepath.Rel(h.dev, node); err == nil && h.dev != "/dev" && !strings.HasPrefix(rel, "..") {
+		all = append(all, u.open[filepath.Join("/dev", rel)]...)
+	}
+	if rdev, ok := charDevice(node); ok {
+		all = append(all, u.rdevs[rdev]...)
+	}
+	seen := map[int]bool{}
+	out := all[:0]
+	for _, hd := range all {
+		if !seen[hd.PID] {
+			seen[hd.PID] = true
+			out = append(out, hd)
+		}
+	}
+	return out
+}
+
+// charDevice returns the device number of a character device node.
+func charDevice(p string) (uint64, bool) {
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return uint64(st.Rdev), true
+}
 
 // ScanUsage reads /proc/<pid>/fd of every process. Processes that exit or
 // deny access during the scan are skipped; a missing proc root is an error.
 func (h *Host) ScanUsage() (*Usage, error) {
-	u := &Usage{open: map[string][]Holder{}}
+	u := &Usage{open: map[string][]Holder{}, rdevs: map[uint64][]Holder{}}
 	entries, err := os.ReadDir(h.proc)
 	if err != nil {
 		return nil, fmt.Errorf("scan processes: %w", err)
@@ -58,6 +99,11 @@ func (h *Host) ScanUsage() (*Usage, error) {
 			}
 			p := filepath.Clean(target)
 			u.open[p] = append(u.open[p], *holder)
+			if strings.HasPrefix(p, "/dev/") || strings.HasPrefix(p, h.dev+"/") {
+				if rdev, ok := charDevice(filepath.Join(fdDir, fd.Name())); ok {
+					u.rdevs[rdev] = append(u.rdevs[rdev], *holder)
+				}
+			}
 		}
 	}
 	return u, nil
@@ -69,7 +115,7 @@ func (h *Host) ScanUsage() (*Usage, error) {
 func (h *Host) InUse(f *Function, u *Usage) ([]string, error) {
 	var reasons []string
 	for _, node := range h.deviceNodes(f) {
-		for _, hd := range u.Holders(node) {
+		for _, hd := range h.nodeHolders(u, node) {
 			reasons = append(reasons, fmt.Sprintf("in use: %s held by %s", node, hd))
 		}
 	}
