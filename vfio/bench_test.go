@@ -74,7 +74,11 @@ func BenchmarkStatusHGX(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := WriteJSON(io.Discard, Status(snap, host.VendorNVIDIA)); err != nil {
+		rep, err := Status(h, snap, host.VendorNVIDIA)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := WriteJSON(io.Discard, rep); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -11,8 +11,9 @@ import (
 
 // StatusReport is the JSON of `vfio-manager status`.
 type StatusReport struct {
-	IOMMU   IOMMUReport    `json:"iommu"`
-	Devices []DeviceReport `json:"devices"`
+	IOMMU   IOMMUReport      `json:"iommu"`
+	VFIO    host.DriverState `json:"vfio"`
+	Devices []DeviceReport   `json:"devices"`
 }
 
 // IOMMUReport is the IOMMU part of a status.
@@ -36,14 +37,25 @@ type DeviceReport struct {
 	DriverOverride  string   `json:"driverOverride"`
 	NUMANode        int      `json:"numaNode"`
 	GroupType       string   `json:"iommuGroupType,omitempty"`
+	VFIODriver      string   `json:"vfioDriver"` // best vfio driver for it
 	PhysFn          string   `json:"physFn,omitempty"`
 	VirtFns         []string `json:"virtFns,omitempty"`
 }
 
 // Status builds the status report of the functions of one vendor (all
-// functions when vendor is 0).
-func Status(snap *host.Snapshot, vendor uint16) StatusReport {
+// functions when vendor is 0), with the vfio driver each would take and
+// whether vfio-pci is loaded or loadable.
+func Status(h *host.Host, snap *host.Snapshot, vendor uint16) (StatusReport, error) {
+	aliases, err := h.Aliases()
+	if err != nil {
+		return StatusReport{}, err
+	}
+	vfioState, err := h.DriverStateOf("vfio-pci", "vfio_pci")
+	if err != nil {
+		return StatusReport{}, err
+	}
 	r := StatusReport{
+		VFIO:    vfioState,
 		IOMMU:   IOMMUReport{Enabled: snap.IOMMU.Enabled, UnsafeNoIOMMU: snap.IOMMU.UnsafeNoIOMMU, Units: snap.IOMMU.Units},
 		Devices: []DeviceReport{},
 	}
@@ -60,6 +72,7 @@ func Status(snap *host.Snapshot, vendor uint16) StatusReport {
 			SubsystemVendor: fmt.Sprintf("%04x", f.SubsystemVendor), SubsystemDevice: fmt.Sprintf("%04x", f.SubsystemDevice),
 			DriverOverride: f.DriverOverride, NUMANode: f.NUMANode, PhysFn: string(f.PhysFn),
 		}
+		d.VFIODriver, _ = h.VFIODriverFor(f, aliases)
 		if f.IOMMUGroup != host.NoGroup {
 			g := f.IOMMUGroup
 			d.IOMMUGroup = &g
@@ -72,7 +85,7 @@ func Status(snap *host.Snapshot, vendor uint16) StatusReport {
 		}
 		r.Devices = append(r.Devices, d)
 	}
-	return r
+	return r, nil
 }
 
 // ChangeReport is the JSON of plan, bind and unbind.
@@ -114,8 +127,8 @@ func WriteStatusTable(w io.Writer, r StatusReport) error {
 	if r.IOMMU.UnsafeNoIOMMU {
 		fmt.Fprint(tw, " (unsafe no-IOMMU mode)")
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "ADDRESS\tID\tCLASS\tROLE\tDRIVER\tGROUP\tNUMA")
+	fmt.Fprintf(tw, "; vfio-pci loaded: %v, loadable: %v\n", r.VFIO.Loaded, r.VFIO.Loadable)
+	fmt.Fprintln(tw, "ADDRESS\tID\tCLASS\tROLE\tDRIVER\tGROUP\tNUMA\tVFIO DRIVER")
 	for _, d := range r.Devices {
 		group := "-"
 		if d.IOMMUGroup != nil {
@@ -125,7 +138,7 @@ func WriteStatusTable(w io.Writer, r StatusReport) error {
 		if drv == "" {
 			drv = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%d\n", d.Address, d.Vendor, d.Device, d.Class, d.Role, drv, group, d.NUMANode)
+		fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.Address, d.Vendor, d.Device, d.Class, d.Role, drv, group, d.NUMANode, d.VFIODriver)
 	}
 	return tw.Flush()
 }

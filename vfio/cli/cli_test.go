@@ -84,6 +84,18 @@ func TestStatusJSONContract(t *testing.T) {
 		roles = append(roles, d["role"].(string))
 	}
 	assert.Equal(t, []string{"gpu", "audio", "usb", "serial"}, roles)
+	assert.Equal(t, "vfio-pci", raw.Devices[0]["vfioDriver"])
+
+	var gh struct {
+		VFIO    map[string]any   `json:"vfio"`
+		Devices []map[string]any `json:"devices"`
+	}
+	code, out, _ = runCLI(t, "status", "--output", "json", "--simulate", "gh200")
+	require.Equal(t, 0, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &gh))
+	assert.Equal(t, "nvgrace_gpu_vfio_pci", gh.Devices[0]["vfioDriver"])
+	assert.Equal(t, true, gh.VFIO["loaded"])
+	assert.Equal(t, true, gh.VFIO["loadable"])
 
 	code, out, _ = runCLI(t, "status", "--output", "json", "--simulate", "iommu-off")
 	require.Equal(t, 0, code)

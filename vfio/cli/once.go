@@ -48,7 +48,10 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		if err != nil {
 			return err
 		}
-		report := vfio.Status(snap, sel.Vendor)
+		report, err := vfio.Status(h, snap, sel.Vendor)
+		if err != nil {
+			return err
+		}
 		if c.output == "json" {
 			return vfio.WriteJSON(stdout, report)
 		}

@@ -2,10 +2,13 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Writer performs sysfs writes. The kernel reacts to them; the simulated
@@ -130,4 +133,49 @@ func (h *Host) Probe(a Address) error {
 		return fmt.Errorf("PCI function %s: drivers_probe: %w", a, err)
 	}
 	return nil
+}
+
+// DriverState says whether a driver is registered and, when it is not,
+// whether the kernel has its module.
+type DriverState struct {
+	Driver   string `json:"driver"`
+	Module   string `json:"module"`
+	Loaded   bool   `json:"loaded"`
+	Loadable bool   `json:"loadable"` // in modules.dep or modules.builtin
+}
+
+// DriverStateOf reports a driver's state from sysfs and the modules dir.
+func (h *Host) DriverStateOf(driver, module string) (DriverState, error) {
+	st := DriverState{Driver: driver, Module: module, Loaded: h.DriverLoaded(driver)}
+	dir, err := h.ModulesDir()
+	if err != nil {
+		return st, err
+	}
+	want := normalizeModule(module)
+	for _, name := range []string{"modules.dep", "modules.builtin"} {
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("read %s: %w", p, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			file, _, _ := strings.Cut(line, ":")
+			if file != "" && normalizeModule(filepath.Base(file)) == want {
+				st.Loadable = true
+				return st, nil
+			}
+		}
+	}
+	return st, nil
+}
+
+// normalizeModule turns "vfio-pci.ko.xz" or "vfio-pci" into "vfio_pci".
+func normalizeModule(name string) string {
+	if i := strings.Index(name, ".ko"); i >= 0 {
+		name = name[:i]
+	}
+	return strings.ReplaceAll(name, "-", "_")
 }

@@ -262,3 +262,18 @@ func TestEnsureDriverLoadsModule(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not loaded")
 }
+
+func TestDriverStateOf(t *testing.T) {
+	fx, err := hostsim.Lookup("a10")
+	require.NoError(t, err)
+	k, err := fx.Build(t.TempDir())
+	require.NoError(t, err)
+	h := host.New(k.Options())
+	st, err := h.DriverStateOf("vfio-pci", "vfio_pci")
+	require.NoError(t, err)
+	assert.Equal(t, host.DriverState{Driver: "vfio-pci", Module: "vfio_pci", Loaded: true, Loadable: true}, st)
+	st, err = h.DriverStateOf("mdev_vfio", "mdev_vfio")
+	require.NoError(t, err)
+	assert.False(t, st.Loaded)
+	assert.False(t, st.Loadable, "not in modules.dep")
+}

@@ -81,7 +81,15 @@ func (k *Kernel) writeAliases() error {
 	}
 	sort.Strings(lines)
 	text := "# Aliases extracted from modules themselves.\n" + strings.Join(lines, "\n") + "\n"
-	return os.WriteFile(filepath.Join(k.root, k.modulesRel(), "modules.alias"), []byte(text), 0o644)
+	if err := os.WriteFile(filepath.Join(k.root, k.modulesRel(), "modules.alias"), []byte(text), 0o644); err != nil {
+		return err
+	}
+	var dep []string
+	for _, d := range k.drivers {
+		dep = append(dep, fmt.Sprintf("kernel/drivers/sim/%s.ko.xz:", strings.ReplaceAll(d.Module, "_", "-")))
+	}
+	sort.Strings(dep)
+	return os.WriteFile(filepath.Join(k.root, k.modulesRel(), "modules.dep"), []byte(strings.Join(dep, "\n")+"\n"), 0o644)
 }
 
 // AddFunction creates a PCI function in sysfs, bound to f.Driver.
