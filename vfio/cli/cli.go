@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -137,7 +138,9 @@ var errHelp = errors.New("help shown")
 // a temporary folder that cleanup removes.
 func (c *common) hostFor(loadModules bool) (h *host.Host, cleanup func(), err error) {
 	opts := host.Options{SysfsRoot: c.sysfs, DevRoot: c.dev, ProcRoot: c.proc, ModulesDir: c.modules}
-	if loadModules {
+	// modprobe acts on the running kernel: only when the roots are the
+	// running kernel's own, never against a tree under another root.
+	if loadModules && filepath.Clean(c.sysfs) == "/sys" {
 		opts.Loader = host.Modprobe{}
 	}
 	cleanup = func() {}

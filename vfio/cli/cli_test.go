@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,4 +183,23 @@ func TestRootFlagsAreHonoured(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &c))
 	assert.Equal(t, "vfio-pci", c.Actions[0].To)
+}
+
+// TestNoModprobeUnderOtherRoots: with roots other than the running
+// kernel's, a missing vfio-pci is refused, never loaded into this kernel.
+func TestNoModprobeUnderOtherRoots(t *testing.T) {
+	fx, err := hostsim.Lookup("a10")
+	require.NoError(t, err)
+	k, err := fx.Build(t.TempDir())
+	require.NoError(t, err)
+	opts := k.Options()
+	require.NoError(t, os.RemoveAll(filepath.Join(opts.SysfsRoot, "bus", "pci", "drivers", "vfio-pci")))
+	code, out, stderr := runCLI(t, "bind", "--all", "--output", "json",
+		"--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot, "--proc-root", opts.ProcRoot, "--modules-dir", opts.ModulesDir)
+	require.Equal(t, 2, code, stderr)
+	var c change
+	require.NoError(t, json.Unmarshal([]byte(out), &c))
+	require.Len(t, c.Refused, 1)
+	assert.Contains(t, c.Refused[0].Reason, "driver vfio-pci is not loaded")
+	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"))
 }
