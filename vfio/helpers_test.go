@@ -15,11 +15,7 @@ import (
 
 func buildFixture(t testing.TB, name string) (*hostsim.Kernel, *host.Host) {
 	t.Helper()
-	fx, err := hostsim.Lookup(name)
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
-	return k, host.New(k.Options())
+	return hostsim.NewHost(t, name)
 }
 
 func allOf(vendor uint16) Selection {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
 )
 
 // funcDir is the real directory of a function (what the bus link points to).
@@ -30,7 +31,7 @@ func scanErr(t *testing.T, h *host.Host) error {
 }
 
 func TestScanMissingVendor(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	p := filepath.Join(funcDir(t, h, "0000:3b:00.0"), "vendor")
 	require.NoError(t, os.Remove(p))
 	err := scanErr(t, h)
@@ -50,7 +51,7 @@ func TestScanMalformedAttributes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.attr, func(t *testing.T) {
-			_, h := build(t, "a10")
+			_, h := hostsim.NewHost(t, "a10")
 			writeFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), c.attr), c.content)
 			err := scanErr(t, h)
 			assert.Contains(t, err.Error(), filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0", c.attr))
@@ -59,7 +60,7 @@ func TestScanMalformedAttributes(t *testing.T) {
 }
 
 func TestScanNumberErrorsWrap(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	writeFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), "numa_node"), "x\n")
 	err := scanErr(t, h)
 	assert.True(t, errors.Is(err, strconv.ErrSyntax), "%v", err)
@@ -68,7 +69,7 @@ func TestScanNumberErrorsWrap(t *testing.T) {
 func TestScanMalformedIOMMUGroupLink(t *testing.T) {
 	for _, target := range []string{"../../../kernel/iommu_groups/abc", "../../../kernel/iommu_groups/-3", "../../../kernel/iommu_groups/+5"} {
 		t.Run(target, func(t *testing.T) {
-			_, h := build(t, "a10")
+			_, h := hostsim.NewHost(t, "a10")
 			link := filepath.Join(funcDir(t, h, "0000:3b:00.0"), "iommu_group")
 			require.NoError(t, os.Remove(link))
 			require.NoError(t, os.Symlink(target, link))
@@ -80,13 +81,13 @@ func TestScanMalformedIOMMUGroupLink(t *testing.T) {
 }
 
 func TestScanMalformedLinks(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	dir := funcDir(t, h, "0000:3b:00.0")
 	require.NoError(t, os.Symlink("../not-a-bdf", filepath.Join(dir, "physfn")))
 	err := scanErr(t, h)
 	assert.Contains(t, err.Error(), filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0", "physfn"))
 
-	_, h = build(t, "a10")
+	_, h = hostsim.NewHost(t, "a10")
 	dir = funcDir(t, h, "0000:3b:00.0")
 	require.NoError(t, os.Symlink("../x/../../y", filepath.Join(dir, "virtfn0")))
 	err = scanErr(t, h)
@@ -96,7 +97,7 @@ func TestScanMalformedLinks(t *testing.T) {
 func TestScanRejectsNonCanonicalEntry(t *testing.T) {
 	for _, name := range []string{"3b:00.0", "0000:3B:00.0", "not-a-device"} {
 		t.Run(name, func(t *testing.T) {
-			_, h := build(t, "a10")
+			_, h := hostsim.NewHost(t, "a10")
 			devices := filepath.Join(h.SysfsRoot(), "bus", "pci", "devices")
 			require.NoError(t, os.Symlink("0000:3b:00.0", filepath.Join(devices, name)))
 			err := scanErr(t, h)
@@ -108,7 +109,7 @@ func TestScanRejectsNonCanonicalEntry(t *testing.T) {
 // A VF that disappears while Scan runs (its bus link left dangling) is
 // skipped, not an error.
 func TestScanSkipsVanishedFunction(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	devices := filepath.Join(h.SysfsRoot(), "bus", "pci", "devices")
 	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:3b:00.4", filepath.Join(devices, "0000:3b:00.4")))
 	s := scan(t, h)
@@ -116,7 +117,7 @@ func TestScanSkipsVanishedFunction(t *testing.T) {
 }
 
 func TestScanSRIOVLinks(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	dir := funcDir(t, h, "0000:3b:00.0")
 	writeFile(t, filepath.Join(dir, "sriov_totalvfs"), "16\n")
 	writeFile(t, filepath.Join(dir, "sriov_numvfs"), "2\n")
@@ -141,7 +142,7 @@ func TestScanSRIOVLinks(t *testing.T) {
 func TestScanUnsafeNoIOMMU(t *testing.T) {
 	for _, name := range []string{"iommu-off", "a10"} {
 		t.Run(name, func(t *testing.T) {
-			_, h := build(t, name)
+			_, h := hostsim.NewHost(t, name)
 			p := filepath.Join(h.SysfsRoot(), "module", "vfio", "parameters", "enable_unsafe_noiommu_mode")
 			assert.False(t, scan(t, h).IOMMU.UnsafeNoIOMMU)
 			writeFile(t, p, "Y\n")
@@ -155,7 +156,7 @@ func TestScanUnsafeNoIOMMU(t *testing.T) {
 // Groups without /sys/class/iommu units (some platforms) still mean an
 // IOMMU; groups in unsafe no-IOMMU mode do not.
 func TestScanIOMMUFromGroups(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	require.NoError(t, os.RemoveAll(filepath.Join(h.SysfsRoot(), "class", "iommu", "dmar0")))
 	assert.True(t, scan(t, h).IOMMU.Enabled)
 	writeFile(t, filepath.Join(h.SysfsRoot(), "module", "vfio", "parameters", "enable_unsafe_noiommu_mode"), "Y\n")

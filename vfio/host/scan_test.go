@@ -13,15 +13,6 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
 )
 
-func build(t *testing.T, name string) (*hostsim.Kernel, *host.Host) {
-	t.Helper()
-	fx, err := hostsim.Lookup(name)
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
-	return k, host.New(k.Options())
-}
-
 func scan(t *testing.T, h *host.Host) *host.Snapshot {
 	t.Helper()
 	s, err := h.Scan()
@@ -112,7 +103,7 @@ func TestScanEveryFixture(t *testing.T) {
 }
 
 func TestScanWorkstationOneCardOneGroup(t *testing.T) {
-	_, h := build(t, "workstation")
+	_, h := hostsim.NewHost(t, "workstation")
 	s := scan(t, h)
 	all := []host.Address{"0000:01:00.0", "0000:01:00.1", "0000:01:00.2", "0000:01:00.3"}
 	roles := []host.Role{host.RoleGPU, host.RoleAudio, host.RoleUSB, host.RoleSerial}
@@ -130,7 +121,7 @@ func TestScanWorkstationOneCardOneGroup(t *testing.T) {
 }
 
 func TestScanHGX(t *testing.T) {
-	_, h := build(t, "hgx-h100")
+	_, h := hostsim.NewHost(t, "hgx-h100")
 	s := scan(t, h)
 	count := map[host.Role]int{}
 	groups := map[int]bool{}
@@ -149,7 +140,7 @@ func TestScanHGX(t *testing.T) {
 }
 
 func TestScanSharedNICGroup(t *testing.T) {
-	_, h := build(t, "shared-nic")
+	_, h := hostsim.NewHost(t, "shared-nic")
 	s := scan(t, h)
 	gpu := fn(t, s, "0000:17:00.0")
 	assert.Equal(t, []host.Address{"0000:17:00.0", "0000:18:00.0"}, addrsOf(s.GroupMembers(gpu)))
@@ -158,7 +149,7 @@ func TestScanSharedNICGroup(t *testing.T) {
 }
 
 func TestDriverSelection(t *testing.T) {
-	_, gh := build(t, "gh200")
+	_, gh := hostsim.NewHost(t, "gh200")
 	aliases, err := gh.Aliases()
 	require.NoError(t, err)
 	s := scan(t, gh)
@@ -169,7 +160,7 @@ func TestDriverSelection(t *testing.T) {
 	assert.Equal(t, "nvidia", gh.HostDriverFor(gpu, aliases))
 	assert.Equal(t, "", gh.HostDriverFor(gpu, nil))
 
-	_, ws := build(t, "workstation")
+	_, ws := hostsim.NewHost(t, "workstation")
 	aliases, err = ws.Aliases()
 	require.NoError(t, err)
 	s = scan(t, ws)
@@ -187,14 +178,14 @@ func TestDriverSelection(t *testing.T) {
 	assert.Equal(t, "vfio-pci", ws.DriverOfModule("vfio_pci"))
 	assert.Equal(t, "", ws.DriverOfModule("../x"))
 
-	_, hgx := build(t, "hgx-h100")
+	_, hgx := hostsim.NewHost(t, "hgx-h100")
 	aliases, err = hgx.Aliases()
 	require.NoError(t, err)
 	assert.Equal(t, "mlx5_core", hgx.HostDriverFor(fn(t, scan(t, hgx), "0000:19:00.0"), aliases))
 }
 
 func TestAliasesAndModulesDir(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	as, err := h.Aliases()
 	require.NoError(t, err)
 	assert.Contains(t, as, host.Alias{Pattern: "vfio_pci:v*d*sv*sd*bc*sc*i*", Module: "vfio_pci"})
@@ -227,7 +218,7 @@ func TestAliasesAndModulesDir(t *testing.T) {
 }
 
 func TestDriverOverrideRoundTrip(t *testing.T) {
-	_, h := build(t, "a10")
+	_, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 	f, err := h.ReadFunction(a)
@@ -245,7 +236,7 @@ func TestDriverOverrideRoundTrip(t *testing.T) {
 }
 
 func TestEnsureDriverLoadsModule(t *testing.T) {
-	k, h := build(t, "gh200")
+	k, h := hostsim.NewHost(t, "gh200")
 	assert.False(t, h.DriverLoaded("nvgrace_gpu_vfio_pci"))
 	assert.True(t, h.DriverLoaded("vfio-pci"))
 	assert.False(t, h.DriverLoaded("../bus"))

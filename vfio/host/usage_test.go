@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
 )
 
 func inUse(t *testing.T, h *host.Host, s *host.Snapshot, addr string) []string {
@@ -22,7 +23,7 @@ func inUse(t *testing.T, h *host.Host, s *host.Snapshot, addr string) []string {
 }
 
 func TestInUseHostDriverNode(t *testing.T) {
-	k, h := build(t, "gpu-in-use")
+	k, h := hostsim.NewHost(t, "gpu-in-use")
 	s := scan(t, h)
 	reasons := inUse(t, h, s, "0000:3b:00.0")
 	require.Len(t, reasons, 1)
@@ -41,7 +42,7 @@ func TestInUseHostDriverNode(t *testing.T) {
 }
 
 func TestInUseUpInterface(t *testing.T) {
-	k, h := build(t, "shared-nic")
+	k, h := hostsim.NewHost(t, "shared-nic")
 	s := scan(t, h)
 	reasons := inUse(t, h, s, "0000:18:00.0")
 	require.Len(t, reasons, 1)
@@ -57,7 +58,7 @@ type failingLinks struct{}
 func (failingLinks) LinkUp(string) (bool, error) { return false, errors.New("netlink down") }
 
 func TestInUseLinkError(t *testing.T) {
-	k, _ := build(t, "shared-nic")
+	k, _ := hostsim.NewHost(t, "shared-nic")
 	o := k.Options()
 	o.Links = failingLinks{}
 	h := host.New(o)
@@ -71,7 +72,7 @@ func TestInUseLinkError(t *testing.T) {
 }
 
 func TestInUseHeldVFIOGroup(t *testing.T) {
-	k, h := build(t, "workstation")
+	k, h := hostsim.NewHost(t, "workstation")
 	for _, a := range k.Addresses() {
 		require.NoError(t, h.Unbind(a))
 		require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
@@ -90,7 +91,7 @@ func TestInUseHeldVFIOGroup(t *testing.T) {
 }
 
 func TestInUseClassDeviceNode(t *testing.T) {
-	k, h := build(t, "workstation")
+	k, h := hostsim.NewHost(t, "workstation")
 	s := scan(t, h)
 	assert.Empty(t, inUse(t, h, s, "0000:01:00.1"))
 	require.NoError(t, k.HoldOpen(1200, "pipewire", "snd/controlC0"))
@@ -103,7 +104,7 @@ func TestInUseClassDeviceNode(t *testing.T) {
 
 // A uevent DEVNAME that climbs out of /dev is ignored.
 func TestInUseIgnoresEscapingDevName(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	dir, err := filepath.EvalSymlinks(filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0"))
 	require.NoError(t, err)
 	writeFile(t, filepath.Join(dir, "evil", "uevent"), "DEVNAME=../../etc/passwd\n")

@@ -16,15 +16,6 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
 )
 
-func build(t *testing.T, name string) (*hostsim.Kernel, *host.Host) {
-	t.Helper()
-	fx, err := hostsim.Lookup(name)
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
-	return k, host.New(k.Options())
-}
-
 func sysPath(k *hostsim.Kernel, p ...string) string {
 	return filepath.Join(append([]string{k.Root(), "sys"}, p...)...)
 }
@@ -52,7 +43,7 @@ func write(k *hostsim.Kernel, rel, data string) error {
 }
 
 func TestUnbindRemovesBothLinks(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	require.True(t, exists(sysPath(k, "bus/pci/drivers/nvidia", string(a))))
 	require.NoError(t, h.Unbind(a))
@@ -67,7 +58,7 @@ func TestUnbindRemovesBothLinks(t *testing.T) {
 }
 
 func TestOverrideProbeBindsVFIO(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	assert.False(t, exists(vfioNode(k, "12")))
 	toVFIO(t, h, a)
@@ -89,7 +80,7 @@ func TestOverrideProbeBindsVFIO(t *testing.T) {
 }
 
 func TestLastVFIOMemberRemovesGroupNode(t *testing.T) {
-	k, h := build(t, "workstation")
+	k, h := hostsim.NewHost(t, "workstation")
 	all := k.Addresses()
 	require.Len(t, all, 4)
 	for _, a := range all {
@@ -103,7 +94,7 @@ func TestLastVFIOMemberRemovesGroupNode(t *testing.T) {
 }
 
 func TestProbeWithClearedOverrideReturnsNative(t *testing.T) {
-	k, h := build(t, "workstation")
+	k, h := hostsim.NewHost(t, "workstation")
 	want := map[host.Address]string{"0000:01:00.0": "nvidia", "0000:01:00.1": "snd_hda_intel",
 		"0000:01:00.2": "xhci_hcd", "0000:01:00.3": "nvidia-gpu"}
 	for a := range want {
@@ -122,7 +113,7 @@ func TestProbeWithClearedOverrideReturnsNative(t *testing.T) {
 }
 
 func TestVFIOProbeWithoutIOMMUFails(t *testing.T) {
-	k, h := build(t, "iommu-off")
+	k, h := hostsim.NewHost(t, "iommu-off")
 	a := host.Address("0000:3b:00.0")
 	require.NoError(t, h.Unbind(a))
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
@@ -141,7 +132,7 @@ func TestVFIOProbeWithoutIOMMUFails(t *testing.T) {
 }
 
 func TestBindFile(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	assert.True(t, errors.Is(write(k, "bus/pci/drivers/nvidia/bind", string(a)), syscall.EBUSY), "already bound")
 	require.NoError(t, h.Unbind(a))
@@ -163,7 +154,7 @@ func TestBindFile(t *testing.T) {
 }
 
 func TestNewID(t *testing.T) {
-	k, h := build(t, "shared-nic")
+	k, h := hostsim.NewHost(t, "shared-nic")
 	gpu1, gpu2 := host.Address("0000:17:00.0"), host.Address("0000:65:00.0")
 	require.NoError(t, h.Unbind(gpu1))
 	require.NoError(t, h.Unbind(gpu2))
@@ -188,7 +179,7 @@ func TestNewID(t *testing.T) {
 }
 
 func TestUnbindFromOtherDriverFails(t *testing.T) {
-	k, _ := build(t, "workstation")
+	k, _ := hostsim.NewHost(t, "workstation")
 	a := "0000:01:00.0"
 	err := write(k, "bus/pci/drivers/snd_hda_intel/unbind", a)
 	assert.True(t, errors.Is(err, syscall.ENODEV), "%v", err)
@@ -199,7 +190,7 @@ func TestUnbindFromOtherDriverFails(t *testing.T) {
 }
 
 func TestUnbindHeldIsViolation(t *testing.T) {
-	k, h := build(t, "gpu-in-use")
+	k, h := hostsim.NewHost(t, "gpu-in-use")
 	err := h.Unbind("0000:3b:00.0")
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, syscall.EBUSY), "%v", err)
@@ -228,7 +219,7 @@ func TestUnbindHeldIsViolation(t *testing.T) {
 }
 
 func TestCrashAfter(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	k.CrashAfter(2)
 	require.NoError(t, h.Unbind(a))
@@ -252,7 +243,7 @@ func TestCrashAfter(t *testing.T) {
 }
 
 func TestSetLatency(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	const delay = 30 * time.Millisecond
 	var seen []hostsim.Write
 	k.SetLatency(func(w hostsim.Write) time.Duration {
@@ -268,7 +259,7 @@ func TestSetLatency(t *testing.T) {
 }
 
 func TestLoadRegistersDriver(t *testing.T) {
-	k, h := build(t, "gh200")
+	k, h := hostsim.NewHost(t, "gh200")
 	a := host.Address("0009:01:00.0")
 	assert.False(t, exists(sysPath(k, "bus/pci/drivers/nvgrace_gpu_vfio_pci")))
 	require.NoError(t, h.Unbind(a))
@@ -293,7 +284,7 @@ func TestLoadRegistersDriver(t *testing.T) {
 }
 
 func TestWritesOutsideAttributesFail(t *testing.T) {
-	k, _ := build(t, "a10")
+	k, _ := hostsim.NewHost(t, "a10")
 	err := k.WriteFile(filepath.Join(k.Root(), "dev", "vfio", "vfio"), []byte("x"))
 	assert.True(t, errors.Is(err, syscall.EACCES), "%v", err)
 	err = write(k, "bus/pci/devices/0000:3b:00.0/vendor", "0x1234")

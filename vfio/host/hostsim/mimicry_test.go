@@ -92,7 +92,7 @@ func TestTreeLooksLikeSysfs(t *testing.T) {
 }
 
 func TestHostTreeBasics(t *testing.T) {
-	k, h := build(t, "workstation")
+	k, h := hostsim.NewHost(t, "workstation")
 	for _, p := range []string{"sys/bus/pci/drivers_probe", "sys/module/vfio/parameters/enable_unsafe_noiommu_mode",
 		"dev/vfio/vfio", "proc/sys/kernel/osrelease", "sys/class/iommu/dmar0"} {
 		assert.True(t, exists(filepath.Join(k.Root(), p)), p)
@@ -115,7 +115,7 @@ func TestHostTreeBasics(t *testing.T) {
 	assert.True(t, exists(filepath.Join(k.Root(), "dev", "nvidia0")))
 	assert.True(t, exists(filepath.Join(k.Root(), "dev", "snd", "controlC0")))
 
-	_, off := build(t, "iommu-off")
+	_, off := hostsim.NewHost(t, "iommu-off")
 	s, err := off.Scan()
 	require.NoError(t, err)
 	assert.Empty(t, s.IOMMU.Units)
@@ -158,7 +158,7 @@ func TestAddFunctionErrors(t *testing.T) {
 }
 
 func TestSetVirtFns(t *testing.T) {
-	k, h := build(t, "a10")
+	k, h := hostsim.NewHost(t, "a10")
 	vf := hostsim.Func{Address: "0000:3b:00.4", Vendor: 0x10de, Device: 0x2236, Class: 0x030200,
 		Driver: "nvidia", Group: 70, PhysFn: "0000:3b:00.0", NvidiaMinor: -1}
 	require.NoError(t, k.AddFunction(vf))
