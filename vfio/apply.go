@@ -27,16 +27,26 @@ type ApplyOptions struct {
 }
 
 // Apply executes a plan: independent IOMMU groups in parallel, the
-// functions of one group in order. Each step re-reads the function first,
-// so a run that was killed half-way converges when run again, and a
-// function already in place costs no write. A failed function is returned
-// to its previous driver and the rest of its group is left alone.
+// functions of one group in order. A group, once started, is finished
+// (or rolled back) even when ctx ends, so no group is left split; groups
+// not started when ctx ends are reported as not attempted.
+//
+// Every step re-reads the function first: one already in place costs no
+// write, one that moved since the plan is left alone, and one that became
+// busy since the plan is refused. A run killed half-way converges when run
+// again.
 func Apply(ctx context.Context, h *host.Host, plan *Plan, opts ApplyOptions) *Result {
 	res := &Result{Target: plan.Target, Refused: append([]Refusal(nil), plan.Refused...)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	run := func(group []Action) {
-		done, failed := applyGroup(ctx, h, plan.Target, group)
+		var done []Action
+		var failed []Refusal
+		if err := ctx.Err(); err != nil {
+			failed = notAttempted(group, "stopping before the group started: "+err.Error())
+		} else {
+			done, failed = applyGroup(h, plan.Target, group)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		res.Actions = append(res.Actions, done...)
@@ -59,63 +69,117 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, opts ApplyOptions) *Re
 	return res
 }
 
-func applyGroup(ctx context.Context, h *host.Host, target Target, group []Action) (done []Action, failed []Refusal) {
+func notAttempted(group []Action, why string) []Refusal {
+	out := make([]Refusal, 0, len(group))
+	for _, a := range group {
+		out = append(out, Refusal{Address: a.Address, Reason: why})
+	}
+	return out
+}
+
+// applyGroup moves a group's functions in order. When one fails, those
+// already moved go back where they were, so the group stays whole.
+func applyGroup(h *host.Host, target Target, group []Action) (done []Action, failed []Refusal) {
 	for i, a := range group {
+		var moved Action
 		var err error
-		if err = ctx.Err(); err == nil {
-			if target == ToVFIO {
-				err = toVFIO(ctx, h, a)
-			} else {
-				a.To, err = toHost(h, a)
-			}
+		if target == ToVFIO {
+			moved, err = toVFIO(h, a)
+		} else {
+			moved, err = toHost(h, a)
 		}
-		if err != nil {
-			failed = append(failed, Refusal{Address: a.Address, Reason: "failed: " + err.Error()})
-			for _, rest := range group[i+1:] {
-				failed = append(failed, Refusal{Address: rest.Address,
-					Reason: fmt.Sprintf("group %d: not attempted because %s failed", a.Group, a.Address)})
-			}
-			return done, failed
+		if err == nil {
+			done = append(done, moved)
+			continue
 		}
-		done = append(done, a)
+		failed = append(failed, Refusal{Address: a.Address, Reason: "failed: " + err.Error()})
+		for _, rest := range group[i+1:] {
+			failed = append(failed, Refusal{Address: rest.Address,
+				Reason: fmt.Sprintf("group %d: not attempted because %s failed", a.Group, a.Address)})
+		}
+		for j := len(done) - 1; j >= 0; j-- {
+			failed = append(failed, rollback(h, target, done[j], a.Address))
+		}
+		return nil, failed
 	}
 	return done, nil
 }
 
+// rollback returns a moved function to where it was.
+func rollback(h *host.Host, target Target, a Action, cause host.Address) Refusal {
+	back := Action{Address: a.Address, From: a.To, To: a.From, Group: a.Group, probe: true}
+	var err error
+	if target == ToVFIO {
+		_, err = toHost(h, back)
+	} else {
+		_, err = toVFIO(h, back)
+	}
+	if err != nil {
+		return Refusal{Address: a.Address, Reason: fmt.Sprintf("failed: group %d: %s failed and rolling back %s to %q failed too: %v", a.Group, cause, a.Address, a.From, err)}
+	}
+	return Refusal{Address: a.Address, Reason: fmt.Sprintf("group %d: rolled back to %q because %s failed", a.Group, a.From, cause)}
+}
+
+// errMoved reports a function that is no longer where the plan saw it.
+func errMoved(a Action, now string) error {
+	return fmt.Errorf("PCI function %s changed since the plan: driver %q, planned from %q; left alone", a.Address, now, a.From)
+}
+
 // toVFIO moves one function to its vfio driver: driver_override first (so
-// that any later probe, even after a crash, lands on vfio), then unbind,
-// then probe.
-func toVFIO(ctx context.Context, h *host.Host, a Action) error {
+// that any later probe, even after a crash, lands on vfio), a last in-use
+// check, unbind from the planned driver, probe.
+func toVFIO(h *host.Host, a Action) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return err
+		return a, err
 	}
 	if f.Driver == a.To {
-		return nil
+		return a, nil
 	}
-	if err := h.EnsureDriver(ctx, a.To, a.Module); err != nil {
-		return fmt.Errorf("PCI function %s: %w", a.Address, err)
+	if f.Driver != "" && f.Driver != a.From {
+		return a, errMoved(a, f.Driver)
+	}
+	if err := h.EnsureDriver(context.Background(), a.To, a.Module); err != nil {
+		return a, fmt.Errorf("PCI function %s: %w", a.Address, err)
+	}
+	restoreOverride := func(cause error) error {
+		if f.DriverOverride == a.To {
+			return cause
+		}
+		if err := h.SetDriverOverride(a.Address, f.DriverOverride); err != nil {
+			return fmt.Errorf("%w; restoring driver_override: %v", cause, err)
+		}
+		return cause
 	}
 	if f.DriverOverride != a.To {
 		if err := h.SetDriverOverride(a.Address, a.To); err != nil {
-			return err
+			return a, err
 		}
 	}
 	if f.Driver != "" {
-		if err := h.Unbind(a.Address); err != nil {
-			return err
+		release, err := claimIfVFIO(h, f)
+		if err != nil {
+			return a, restoreOverride(err)
+		}
+		err = h.CheckIdle(f)
+		if err == nil {
+			err = h.Unbind(a.Address, f.Driver)
+		}
+		release()
+		if err != nil {
+			return a, restoreOverride(err)
 		}
 	}
 	probeErr := h.Probe(a.Address)
 	now, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return err
+		return a, err
 	}
 	if now.Driver == a.To {
-		return nil
+		return a, nil
 	}
 	// Put it back where it was rather than leave it driverless.
-	restoreErr := h.SetDriverOverride(a.Address, "")
+	restoreErr := h.SetDriverOverride(a.Address, f.DriverOverride)
 	if restoreErr == nil && now.Driver == "" {
 		restoreErr = h.Probe(a.Address)
 	}
@@ -123,44 +187,80 @@ func toVFIO(ctx context.Context, h *host.Host, a Action) error {
 		probeErr = fmt.Errorf("driver is %q after probe", now.Driver)
 	}
 	if restoreErr != nil {
-		return fmt.Errorf("PCI function %s: bind to %s: %w; restoring %s: %v", a.Address, a.To, probeErr, a.From, restoreErr)
+		return a, fmt.Errorf("PCI function %s: bind to %s: %w; restoring %s: %v", a.Address, a.To, probeErr, a.From, restoreErr)
 	}
-	return fmt.Errorf("PCI function %s: bind to %s: %w (restored to its host driver)", a.Address, a.To, probeErr)
+	return a, fmt.Errorf("PCI function %s: bind to %s: %w (restored to its host driver)", a.Address, a.To, probeErr)
 }
 
 // toHost returns one function to its host driver (or none when it has
-// none): clear driver_override, unbind from vfio, probe. The kernel picks
-// the driver, so a host without modules.alias still gets its driver back;
-// the driver it ends on is returned.
-func toHost(h *host.Host, a Action) (string, error) {
+// none): a last in-use check, clear driver_override, unbind from vfio,
+// probe. The kernel picks the driver, so a host without modules.alias
+// still gets its driver back; the returned action names the driver the
+// function ends on.
+func toHost(h *host.Host, a Action) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return "", err
+		return a, err
+	}
+	onVFIO := host.IsVFIODriver(f.Driver)
+	if onVFIO && f.Driver != a.From && host.IsVFIODriver(a.From) {
+		return a, errMoved(a, f.Driver)
+	}
+	if !onVFIO && f.Driver != "" {
+		if host.IsVFIODriver(f.DriverOverride) {
+			if err := h.SetDriverOverride(a.Address, ""); err != nil {
+				return a, err
+			}
+		}
+		a.To = f.Driver
+		return a, nil
+	}
+	if onVFIO {
+		release, err := claimIfVFIO(h, f)
+		if err != nil {
+			return a, err
+		}
+		defer release()
+		if err := h.CheckIdle(f); err != nil {
+			return a, err
+		}
 	}
 	if host.IsVFIODriver(f.DriverOverride) {
 		if err := h.SetDriverOverride(a.Address, ""); err != nil {
-			return "", err
+			return a, err
 		}
 	}
-	probe := a.To != ""
-	if host.IsVFIODriver(f.Driver) {
-		if err := h.Unbind(a.Address); err != nil {
-			return "", err
+	probe := a.To != "" || a.probe
+	if onVFIO {
+		if err := h.Unbind(a.Address, f.Driver); err != nil {
+			return a, err
 		}
-		f.Driver, probe = "", true
+		probe = true
 	}
-	if f.Driver != "" || !probe {
-		return f.Driver, nil
+	if !probe {
+		return a, nil
 	}
 	if err := h.Probe(a.Address); err != nil {
-		return "", err
+		return a, err
 	}
 	now, err := h.ReadFunction(a.Address)
 	if err != nil {
-		return "", err
+		return a, err
 	}
-	if a.To != "" && now.Driver != a.To {
-		return now.Driver, fmt.Errorf("PCI function %s: driver is %q after probe, want %s", a.Address, now.Driver, a.To)
+	want := a.To
+	a.To = now.Driver
+	if want != "" && now.Driver != want {
+		return a, fmt.Errorf("PCI function %s: driver is %q after probe, want %s", a.Address, now.Driver, want)
 	}
-	return now.Driver, nil
+	return a, nil
 }
+
+// claimIfVFIO claims the function's VFIO group while it leaves a vfio
+// driver.
+func claimIfVFIO(h *host.Host, f *host.Function) (func(), error) {
+	if !host.IsVFIODriver(f.Driver) {
+		return func() {}, nil
+	}
+	return h.ClaimGroup(f.IOMMUGroup)
+}
+

@@ -91,6 +91,8 @@ func TestGroupsApplyInParallel(t *testing.T) {
 	var mu sync.Mutex
 	arrived := 0
 	all := make(chan struct{})
+	deadline, cancel := context.WithTimeout(context.Background(), 10*time.Second) // one deadline for the whole test
+	defer cancel()
 	k.SetLatency(func(w hostsim.Write) time.Duration {
 		if !strings.HasSuffix(w.Path, "/unbind") {
 			return 0
@@ -103,7 +105,7 @@ func TestGroupsApplyInParallel(t *testing.T) {
 		mu.Unlock()
 		select {
 		case <-all:
-		case <-time.After(10 * time.Second):
+		case <-deadline.Done():
 		}
 		return 0
 	})

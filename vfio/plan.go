@@ -48,6 +48,7 @@ type Action struct {
 	To      string       `json:"to"`
 	Group   int          `json:"-"`
 	Module  string       `json:"-"` // module providing To
+	probe   bool         // probe even when To is unknown (no modules.alias)
 }
 
 // Refusal is a function left as it was, with the reason.
@@ -244,15 +245,23 @@ func (p *Planner) actionFor(f *host.Function, target Target) (Action, bool) {
 	a := Action{Address: f.Address, From: f.Driver, Group: f.IOMMUGroup}
 	if target == ToVFIO {
 		a.To, a.Module = p.Host.VFIODriverFor(f, p.Aliases)
+		// Any vfio driver is in place, but plain vfio-pci where a variant
+		// driver is known to be better: never downgrade a variant.
+		if host.IsVFIODriver(f.Driver) && (f.Driver != "vfio-pci" || a.To == "vfio-pci") {
+			return a, false
+		}
 		return a, f.Driver != a.To
 	}
 	a.To = p.Host.HostDriverFor(f, p.Aliases)
 	staleOverride := host.IsVFIODriver(f.DriverOverride)
+	// Without modules.alias the host driver cannot be known: let the
+	// kernel's probe decide for a driverless function.
+	a.probe = len(p.Aliases) == 0
 	switch {
 	case host.IsVFIODriver(f.Driver):
 		return a, true
 	case f.Driver == "":
-		return a, a.To != "" || staleOverride
+		return a, a.To != "" || staleOverride || a.probe
 	default:
 		a.To = f.Driver
 		return a, staleOverride
@@ -283,6 +292,10 @@ func (p *Planner) groupRefusal(members []*host.Function, selected map[host.Addre
 		for _, m := range members {
 			if m.SRIOVNumVFs > 0 {
 				why := fmt.Sprintf("in use: %s has %d SR-IOV VFs enabled (vGPU)", m.Address, m.SRIOVNumVFs)
+				return func(*host.Function) string { return why }
+			}
+			if n := len(m.MdevDevices); n > 0 {
+				why := fmt.Sprintf("in use: %s parents %d mediated vGPU devices (mdev %s)", m.Address, n, m.MdevDevices[0])
 				return func(*host.Function) string { return why }
 			}
 			if m.PhysFn != "" && m.Vendor == host.VendorNVIDIA {

@@ -47,7 +47,7 @@ func (Modprobe) Load(ctx context.Context, module string) error {
 	if !validName(module) {
 		return fmt.Errorf("invalid module name %q", module)
 	}
-	out, err := exec.CommandContext(ctx, "modprobe", module).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "modprobe", "--", module).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("modprobe %s: %w: %s", module, err, out)
 	}
@@ -110,17 +110,22 @@ func (h *Host) SetDriverOverride(a Address, driver string) error {
 		return fmt.Errorf("PCI function %s: invalid driver name %q", a, driver)
 	}
 	p := filepath.Join(h.functionDir(a), "driver_override")
-	if err := h.writer.WriteFile(p, []byte(data)); err != nil {
+	if err := h.write(p, data); err != nil {
 		return fmt.Errorf("PCI function %s: set driver_override to %q: %w", a, driver, err)
 	}
 	return nil
 }
 
-// Unbind detaches f from its driver.
-func (h *Host) Unbind(a Address) error {
-	p := filepath.Join(h.functionDir(a), "driver", "unbind")
-	if err := h.writer.WriteFile(p, []byte(a)); err != nil {
-		return fmt.Errorf("PCI function %s: unbind: %w", a, err)
+// Unbind detaches a function from driver. Naming the driver (rather than
+// following the function's driver link) makes the kernel refuse with
+// ENODEV when the function has moved to another driver meanwhile.
+func (h *Host) Unbind(a Address, driver string) error {
+	if !validName(driver) {
+		return fmt.Errorf("PCI function %s: invalid driver name %q", a, driver)
+	}
+	p := filepath.Join(h.sysfs, "bus", "pci", "drivers", driver, "unbind")
+	if err := h.write(p, string(a)); err != nil {
+		return fmt.Errorf("PCI function %s: unbind from %s: %w", a, driver, err)
 	}
 	return nil
 }
@@ -129,10 +134,31 @@ func (h *Host) Unbind(a Address) error {
 // driver_override).
 func (h *Host) Probe(a Address) error {
 	p := filepath.Join(h.sysfs, "bus", "pci", "drivers_probe")
-	if err := h.writer.WriteFile(p, []byte(a)); err != nil {
+	if err := h.write(p, string(a)); err != nil {
 		return fmt.Errorf("PCI function %s: drivers_probe: %w", a, err)
 	}
 	return nil
+}
+
+// write writes a sysfs attribute after checking that the path, symlinks
+// resolved, is still under the sysfs root: a crafted tree cannot steer a
+// write elsewhere.
+func (h *Host) write(p, data string) error {
+	root, err := filepath.EvalSymlinks(h.sysfs)
+	if err != nil {
+		return fmt.Errorf("sysfs root %s: %w", h.sysfs, err)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return err
+	}
+	if dir != root && !strings.HasPrefix(dir, root+string(filepath.Separator)) {
+		return fmt.Errorf("write %s: resolves to %s, outside the sysfs root %s", p, dir, root)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, filepath.Base(p))); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("write %s: the attribute is a symlink", p)
+	}
+	return h.writer.WriteFile(p, []byte(data))
 }
 
 // DriverState says whether a driver is registered and, when it is not,

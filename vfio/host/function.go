@@ -74,6 +74,7 @@ type Function struct {
 	SRIOVNumVFs     int
 	NetInterfaces   []string // names under net/
 	VFIODevices     []string // vfio-dev/vfioN (iommufd cdev) names
+	MdevDevices     []string // UUIDs of mediated (vGPU) devices on it
 }
 
 // Card is the slot key: functions with the same Card belong to one card.
@@ -172,6 +173,11 @@ func (f *Function) readChildren(dir string) error {
 		f.VirtFns = append(f.VirtFns, vf)
 	}
 	sort.Slice(f.VirtFns, func(i, j int) bool { return f.VirtFns[i] < f.VirtFns[j] })
+	for _, e := range entries {
+		if e.IsDir() && isUUID(e.Name()) {
+			f.MdevDevices = append(f.MdevDevices, e.Name())
+		}
+	}
 	if f.NetInterfaces, err = dirNames(filepath.Join(dir, "net")); err != nil {
 		return err
 	}
@@ -274,4 +280,21 @@ func dirNames(p string) ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, nil
+}
+
+// isUUID reports the 8-4-4-4-12 hex form mdev devices are named with.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

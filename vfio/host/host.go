@@ -224,7 +224,10 @@ func (h *Host) KernelRelease() (string, error) {
 	return rel, nil
 }
 
-// ModulesDir returns where modules.alias is read from.
+// ModulesDir returns where modules.alias is read from: the configured
+// folder, else the host's /lib/modules/<release> seen through PID 1's root
+// under the proc root (right in a container with the host's PID namespace,
+// and the same folder on the host itself), else /lib/modules/<release>.
 func (h *Host) ModulesDir() (string, error) {
 	if h.modules != "" {
 		return h.modules, nil
@@ -232,6 +235,10 @@ func (h *Host) ModulesDir() (string, error) {
 	rel, err := h.KernelRelease()
 	if err != nil {
 		return "", err
+	}
+	viaInit := filepath.Join(h.proc, "1", "root", "lib", "modules", rel)
+	if _, err := os.Stat(filepath.Join(viaInit, "modules.dep")); err == nil {
+		return viaInit, nil
 	}
 	return filepath.Join("/lib/modules", rel), nil
 }

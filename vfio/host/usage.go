@@ -25,6 +25,9 @@ func (h Holder) String() string { return fmt.Sprintf("pid %d (%s)", h.PID, h.Com
 type Usage struct {
 	open  map[string][]Holder // cleaned absolute path -> holders
 	rdevs map[uint64][]Holder // character device number -> holders
+	// Unreadable lists live processes whose open files could not be read
+	// (no CAP_SYS_PTRACE): while any exist, nothing can be called idle.
+	Unreadable []int
 }
 
 // Holders returns the processes holding path open, by path as /proc shows
@@ -85,7 +88,10 @@ func (h *Host) ScanUsage() (*Usage, error) {
 		fdDir := filepath.Join(h.proc, e.Name(), "fd")
 		fds, err := os.ReadDir(fdDir)
 		if err != nil {
-			continue // exited or not ours to read
+			if errors.Is(err, fs.ErrPermission) && !h.zombie(e.Name()) {
+				u.Unreadable = append(u.Unreadable, pid)
+			}
+			continue // exited meanwhile, or unreadable (recorded above)
 		}
 		var holder *Holder
 		for _, fd := range fds {
@@ -113,6 +119,9 @@ func (h *Host) ScanUsage() (*Usage, error) {
 // node, its host driver's device node, or an up network interface. An
 // empty list means idle.
 func (h *Host) InUse(f *Function, u *Usage) ([]string, error) {
+	if n := len(u.Unreadable); n > 0 {
+		return nil, fmt.Errorf("PCI function %s: cannot tell whether it is in use: the open files of %d processes (pid %d first) are unreadable; run with CAP_SYS_PTRACE in the host PID namespace", f.Address, n, u.Unreadable[0])
+	}
 	var reasons []string
 	for _, node := range h.deviceNodes(f) {
 		for _, hd := range h.nodeHolders(u, node) {
@@ -147,10 +156,28 @@ func (h *Host) deviceNodes(f *Function) []string {
 		if minor, ok := h.nvidiaMinor(f.Address); ok {
 			nodes = append(nodes, filepath.Join(h.dev, fmt.Sprintf("nvidia%d", minor)))
 		}
+		if f.Role == RoleNVSwitch {
+			// Which nvidia-nvswitch minor belongs to which switch is not in
+			// sysfs: any holder (the fabric manager) keeps every switch busy.
+			switches, _ := filepath.Glob(filepath.Join(h.dev, "nvidia-nvswitch*"))
+			nodes = append(nodes, switches...)
+		}
 	}
 	nodes = append(nodes, h.classDeviceNodes(f.Address)...)
 	sort.Strings(nodes)
 	return nodes
+}
+
+// zombie reports whether a process has exited but not been reaped (its fd
+// folder is unreadable and it holds nothing).
+func (h *Host) zombie(pid string) bool {
+	b, err := os.ReadFile(filepath.Join(h.proc, pid, "stat"))
+	if err != nil {
+		return true // gone
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
 
 // nvidiaMinor reads the GPU's minor from the NVIDIA driver's proc file.
@@ -227,4 +254,48 @@ func devName(ueventPath string) string {
 		}
 	}
 	return ""
+}
+
+// ClaimGroup opens /dev/vfio/<group> while a function of the group leaves
+// its vfio driver. The legacy VFIO group node admits one opener at a time:
+// EBUSY means a VM or container holds it, and while the claim is held
+// nobody can start using the group. A node that is absent, or not a
+// character device (a simulated host), is not claimed.
+func (h *Host) ClaimGroup(group int) (release func(), err error) {
+	noop := func() {}
+	if group == NoGroup {
+		return noop, nil
+	}
+	node := filepath.Join(h.dev, "vfio", strconv.Itoa(group))
+	if _, ok := charDevice(node); !ok {
+		return noop, nil
+	}
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if errors.Is(err, syscall.EBUSY) {
+		return nil, fmt.Errorf("in use: %s is held by another process", node)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return noop, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim IOMMU group %d: %w", group, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// CheckIdle rescans the processes and reports an error starting with
+// "in use:" when f is in use, right before a change to it.
+func (h *Host) CheckIdle(f *Function) error {
+	u, err := h.ScanUsage()
+	if err != nil {
+		return err
+	}
+	reasons, err := h.InUse(f, u)
+	if err != nil {
+		return fmt.Errorf("in use: cannot tell: %w", err)
+	}
+	if len(reasons) > 0 {
+		return errors.New(strings.Join(reasons, "; "))
+	}
+	return nil
 }

@@ -74,7 +74,7 @@ func TestInUseLinkError(t *testing.T) {
 func TestInUseHeldVFIOGroup(t *testing.T) {
 	k, h := hostsim.NewHost(t, "workstation")
 	for _, a := range k.Addresses() {
-		require.NoError(t, h.Unbind(a))
+		require.NoError(t, unbindCurrent(h, a))
 		require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 		require.NoError(t, h.Probe(a))
 	}
@@ -149,4 +149,13 @@ func writeFile(t *testing.T, p, content string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+// unbindCurrent unbinds a function from the driver it is on now.
+func unbindCurrent(h *host.Host, a host.Address) error {
+	f, err := h.ReadFunction(a)
+	if err != nil {
+		return err
+	}
+	return h.Unbind(a, f.Driver)
 }

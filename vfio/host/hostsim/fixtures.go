@@ -2,6 +2,7 @@ package hostsim
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
 )
 
@@ -28,6 +29,7 @@ type Fixture struct {
 	Drivers     []Driver
 	Funcs       []Func
 	Holders     []Hold
+	DevNodes    []string // extra device nodes under the dev root
 }
 
 // Hold is a process holding a device node at start.
@@ -50,6 +52,11 @@ func (fx Fixture) Build(dir string) (*Kernel, error) {
 	}
 	for _, f := range fx.Funcs {
 		if err := k.AddFunction(f); err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
+		}
+	}
+	for _, n := range fx.DevNodes {
+		if err := touch(filepath.Join(k.root, "dev", n)); err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
 		}
 	}
@@ -123,6 +130,7 @@ func hgxH100() Fixture {
 	fx := Fixture{
 		Name: "hgx-h100", Description: "HGX H100: 8 GPUs and 4 NVSwitches, each in its own IOMMU group, plus ConnectX-7 NICs",
 		IOMMU: true, Drivers: standardDrivers(true),
+		DevNodes: []string{"nvidiactl", "nvidia-nvswitchctl", "nvidia-nvswitch0", "nvidia-nvswitch1", "nvidia-nvswitch2", "nvidia-nvswitch3"},
 	}
 	buses := []string{"18", "2a", "3a", "5d", "9a", "ab", "ba", "db"}
 	for i, b := range buses {

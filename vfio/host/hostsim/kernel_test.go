@@ -32,7 +32,7 @@ func vfioNode(k *hostsim.Kernel, group string) string {
 // toVFIO moves a function to vfio-pci the way the manager does.
 func toVFIO(t *testing.T, h *host.Host, a host.Address) {
 	t.Helper()
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 	require.NoError(t, h.Probe(a))
 }
@@ -46,15 +46,15 @@ func TestUnbindRemovesBothLinks(t *testing.T) {
 	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	require.True(t, exists(sysPath(k, "bus/pci/drivers/nvidia", string(a))))
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	assert.False(t, exists(sysPath(k, "bus/pci/devices", string(a), "driver")))
 	assert.False(t, exists(sysPath(k, "bus/pci/drivers/nvidia", string(a))))
 	assert.Equal(t, "", k.DriverOf(a))
 	assert.Equal(t, []hostsim.Write{{Path: "bus/pci/drivers/nvidia/unbind", Data: string(a), Address: a}}, k.Writes())
 
-	err := h.Unbind(a)
-	require.Error(t, err, "no driver link to write to")
-	assert.True(t, errors.Is(err, os.ErrNotExist))
+	err := h.Unbind(a, "nvidia")
+	require.Error(t, err, "not bound to nvidia any more")
+	assert.True(t, errors.Is(err, syscall.ENODEV), "%v", err)
 }
 
 func TestOverrideProbeBindsVFIO(t *testing.T) {
@@ -88,7 +88,7 @@ func TestLastVFIOMemberRemovesGroupNode(t *testing.T) {
 	}
 	require.True(t, exists(vfioNode(k, "1")))
 	for i, a := range all {
-		require.NoError(t, h.Unbind(a))
+		require.NoError(t, unbindCurrent(h, a))
 		assert.Equal(t, i < len(all)-1, exists(vfioNode(k, "1")), "after unbinding %s", a)
 	}
 }
@@ -102,7 +102,7 @@ func TestProbeWithClearedOverrideReturnsNative(t *testing.T) {
 	}
 	for a, d := range want {
 		assert.Equal(t, d, k.NativeDriver(a))
-		require.NoError(t, h.Unbind(a))
+		require.NoError(t, unbindCurrent(h, a))
 		require.NoError(t, h.SetDriverOverride(a, ""))
 		require.NoError(t, h.Probe(a))
 		assert.Equal(t, d, k.DriverOf(a), a)
@@ -115,7 +115,7 @@ func TestProbeWithClearedOverrideReturnsNative(t *testing.T) {
 func TestVFIOProbeWithoutIOMMUFails(t *testing.T) {
 	k, h := hostsim.NewHost(t, "iommu-off")
 	a := host.Address("0000:3b:00.0")
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 	err := h.Probe(a)
 	require.Error(t, err)
@@ -135,7 +135,7 @@ func TestBindFile(t *testing.T) {
 	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	assert.True(t, errors.Is(write(k, "bus/pci/drivers/nvidia/bind", string(a)), syscall.EBUSY), "already bound")
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	assert.True(t, errors.Is(write(k, "bus/pci/drivers/vfio-pci/bind", string(a)), syscall.ENODEV),
 		"vfio_pci aliases match only through driver_override")
 	assert.True(t, errors.Is(write(k, "bus/pci/drivers/snd_hda_intel/bind", string(a)), syscall.ENODEV))
@@ -144,7 +144,7 @@ func TestBindFile(t *testing.T) {
 	require.NoError(t, write(k, "bus/pci/drivers/nvidia/bind", string(a)+"\n"))
 	assert.Equal(t, "nvidia", k.DriverOf(a))
 
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 	assert.True(t, errors.Is(write(k, "bus/pci/drivers/nvidia/bind", string(a)), syscall.ENODEV),
 		"driver_override excludes every other driver")
@@ -156,11 +156,11 @@ func TestBindFile(t *testing.T) {
 func TestNewID(t *testing.T) {
 	k, h := hostsim.NewHost(t, "shared-nic")
 	gpu1, gpu2 := host.Address("0000:17:00.0"), host.Address("0000:65:00.0")
-	require.NoError(t, h.Unbind(gpu1))
-	require.NoError(t, h.Unbind(gpu2))
+	require.NoError(t, unbindCurrent(h, gpu1))
+	require.NoError(t, unbindCurrent(h, gpu2))
 	require.NoError(t, h.SetDriverOverride(gpu2, "nvidia"))
 	nic := host.Address("0000:18:00.0")
-	require.NoError(t, h.Unbind(nic))
+	require.NoError(t, unbindCurrent(h, nic))
 	require.NoError(t, h.SetDriverOverride(nic, "vfio-pci"))
 	require.NoError(t, write(k, "bus/pci/drivers/vfio-pci/new_id", "10de 2331"))
 	assert.Equal(t, "vfio-pci", k.DriverOf(nic), "driver attach binds an idle device whose override names the driver")
@@ -191,7 +191,7 @@ func TestUnbindFromOtherDriverFails(t *testing.T) {
 
 func TestUnbindHeldIsViolation(t *testing.T) {
 	k, h := hostsim.NewHost(t, "gpu-in-use")
-	err := h.Unbind("0000:3b:00.0")
+	err := unbindCurrent(h, "0000:3b:00.0")
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, syscall.EBUSY), "%v", err)
 	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"))
@@ -200,13 +200,13 @@ func TestUnbindHeldIsViolation(t *testing.T) {
 	assert.Contains(t, v[0], "0000:3b:00.0")
 	assert.Contains(t, v[0], "nvidia0")
 
-	require.NoError(t, h.Unbind("0000:af:00.0"), "the idle GPU unbinds")
+	require.NoError(t, unbindCurrent(h, "0000:af:00.0"), "the idle GPU unbinds")
 	assert.Len(t, k.Violations(), 1)
 
 	require.NoError(t, h.SetDriverOverride("0000:af:00.0", "vfio-pci"))
 	require.NoError(t, h.Probe("0000:af:00.0"))
 	require.NoError(t, k.HoldOpen(900, "qemu-kvm", "vfio/60"))
-	err = h.Unbind("0000:af:00.0")
+	err = unbindCurrent(h, "0000:af:00.0")
 	assert.True(t, errors.Is(err, syscall.EBUSY), "%v", err)
 	assert.Equal(t, "vfio-pci", k.DriverOf("0000:af:00.0"))
 	assert.True(t, exists(vfioNode(k, "60")))
@@ -214,7 +214,7 @@ func TestUnbindHeldIsViolation(t *testing.T) {
 	assert.Contains(t, k.Violations()[1], "vfio/60")
 
 	require.NoError(t, k.Exit(900))
-	require.NoError(t, h.Unbind("0000:af:00.0"))
+	require.NoError(t, unbindCurrent(h, "0000:af:00.0"))
 	assert.False(t, exists(vfioNode(k, "60")))
 }
 
@@ -222,7 +222,7 @@ func TestCrashAfter(t *testing.T) {
 	k, h := hostsim.NewHost(t, "a10")
 	a := host.Address("0000:3b:00.0")
 	k.CrashAfter(2)
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
 	err := h.Probe(a)
 	require.Error(t, err)
@@ -251,7 +251,7 @@ func TestSetLatency(t *testing.T) {
 		return delay
 	})
 	start := time.Now()
-	require.NoError(t, h.Unbind("0000:3b:00.0"))
+	require.NoError(t, unbindCurrent(h, "0000:3b:00.0"))
 	assert.GreaterOrEqual(t, time.Since(start), delay)
 	require.Len(t, seen, 1)
 	assert.Equal(t, "bus/pci/drivers/nvidia/unbind", seen[0].Path)
@@ -262,7 +262,7 @@ func TestLoadRegistersDriver(t *testing.T) {
 	k, h := hostsim.NewHost(t, "gh200")
 	a := host.Address("0009:01:00.0")
 	assert.False(t, exists(sysPath(k, "bus/pci/drivers/nvgrace_gpu_vfio_pci")))
-	require.NoError(t, h.Unbind(a))
+	require.NoError(t, unbindCurrent(h, a))
 	require.NoError(t, h.SetDriverOverride(a, "nvgrace_gpu_vfio_pci"))
 	require.NoError(t, h.Probe(a))
 	assert.Equal(t, "", k.DriverOf(a), "an override naming an unloaded driver binds nothing")
@@ -296,4 +296,13 @@ func TestWritesOutsideAttributesFail(t *testing.T) {
 	b, err := os.ReadFile(sysPath(k, "bus/pci/devices/0000:3b:00.0/vendor"))
 	require.NoError(t, err)
 	assert.Equal(t, "0x10de\n", string(b))
+}
+
+// unbindCurrent unbinds a function from the driver it is on now.
+func unbindCurrent(h *host.Host, a host.Address) error {
+	f, err := h.ReadFunction(a)
+	if err != nil {
+		return err
+	}
+	return h.Unbind(a, f.Driver)
 }
