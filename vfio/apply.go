@@ -263,4 +263,3 @@ func claimIfVFIO(h *host.Host, f *host.Function) (func(), error) {
 	}
 	return h.ClaimGroup(f.IOMMUGroup)
 }
-
