@@ -31,6 +31,8 @@ type DaemonOptions struct {
 	ConfigFile string
 	// ReadyDir receives ReadyFileName; empty disables the file.
 	ReadyDir string
+	// LockFile, when set, is flocked around every reconcile.
+	LockFile string
 	// Resync is the period of the safety-net reconcile (default 5m).
 	Resync time.Duration
 	Log    logr.Logger
@@ -106,6 +108,7 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 // function is moved.
 func (d *Daemon) Run(ctx context.Context) error {
 	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
 	if d.opts.ConfigFile != "" {
 		w, err := fsnotify.NewWatcher()
 		if err != nil {
@@ -116,7 +119,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err := w.Add(filepath.Dir(d.opts.ConfigFile)); err != nil {
 			return fmt.Errorf("daemon: watch config %s: %w", d.opts.ConfigFile, err)
 		}
-		events = w.Events
+		events, watchErrs = w.Events, w.Errors
 	}
 	defer d.clearReady()
 	tick := time.NewTicker(d.opts.Resync)
@@ -131,6 +134,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if filepath.Base(ev.Name) == filepath.Base(d.opts.ConfigFile) || ev.Has(fsnotify.Create) {
 				d.reconcileAndLog(ctx, "config changed")
 			}
+		case err := <-watchErrs:
+			// Events may have been lost (queue overflow): reconcile anyway.
+			d.opts.Log.Error(err, "Watching the config file", "path", d.opts.ConfigFile)
+			d.reconcileAndLog(ctx, "watch error")
 		case <-tick.C:
 			d.reconcileAndLog(ctx, "resync")
 		}
@@ -174,6 +181,13 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 }
 
 func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
+	if d.opts.LockFile != "" {
+		release, err := AcquireLock(ctx, d.opts.LockFile)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	desired := d.opts.Desired
 	if d.opts.ConfigFile != "" {
 		var err error
@@ -185,6 +199,7 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	toVFIO.IgnoreMissing, toHost.IgnoreMissing = true, true
 	rep := &ReadyReport{Ready: true, Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
 	for _, step := range []struct {
 		sel    Selection

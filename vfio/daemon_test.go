@@ -192,3 +192,17 @@ func TestDesiredRejectsConflicts(t *testing.T) {
 	_, _, err = Desired{Vendor: "zz"}.Selections()
 	require.ErrorIs(t, err, ErrBadInput)
 }
+
+// A config shared by nodes of different shapes names functions this node
+// lacks: they are reported, the rest is done, the node is ready.
+func TestDaemonReportsMissingDevices(t *testing.T) {
+	k, h := buildFixture(t, "a10")
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{Devices: []string{"0000:3b:00.0", "0000:af:00.0"}}, Log: logr.Discard()})
+	require.NoError(t, err)
+	rep, err := d.Reconcile(context.Background())
+	require.NoError(t, err)
+	assert.True(t, rep.Ready)
+	assert.Equal(t, []string{"0000:3b:00.0"}, rep.VFIO)
+	assert.Contains(t, refusedFor(rep, "0000:af:00.0"), "not found")
+	assert.Equal(t, "vfio-pci", k.DriverOf("0000:3b:00.0"))
+}

@@ -39,6 +39,9 @@ type Selection struct {
 	Vendor     uint16
 	NVSwitches bool
 	Exclude    []host.Address // never selected, even by All
+	// IgnoreMissing turns an address absent from this host into a refusal
+	// instead of an error (a daemon config shared by different nodes).
+	IgnoreMissing bool
 }
 
 // Action moves one function from one driver to another.
@@ -114,6 +117,12 @@ func NewPlanner(h *host.Host) (*Planner, error) {
 // Select resolves a selection to functions, adding the rest of each card
 // that shares the function's IOMMU group. Unknown devices are bad input.
 func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
+	funcs, _, err := p.selectFuncs(sel)
+	return funcs, err
+}
+
+func (p *Planner) selectFuncs(sel Selection) ([]*host.Function, []host.Address, error) {
+	var missing []host.Address
 	chosen := map[host.Address]*host.Function{}
 	excluded := map[host.Address]bool{}
 	for _, a := range sel.Exclude {
@@ -121,8 +130,12 @@ func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
 	}
 	for _, a := range sel.Devices {
 		f, ok := p.Snap.Function(a)
+		if !ok && sel.IgnoreMissing {
+			missing = append(missing, a)
+			continue
+		}
 		if !ok {
-			return nil, fmt.Errorf("%w: no PCI function %s under %s", ErrBadInput, a, p.Host.SysfsRoot())
+			return nil, nil, fmt.Errorf("%w: no PCI function %s under %s", ErrBadInput, a, p.Host.SysfsRoot())
 		}
 		chosen[a] = f
 	}
@@ -144,7 +157,7 @@ func (p *Planner) Select(sel Selection) ([]*host.Function, error) {
 			}
 		}
 	}
-	return mapValues(chosen), nil
+	return mapValues(chosen), missing, nil
 }
 
 func mapValues(m map[host.Address]*host.Function) []*host.Function {
@@ -158,11 +171,14 @@ func mapValues(m map[host.Address]*host.Function) []*host.Function {
 
 // Plan computes the actions and refusals that move the selection to target.
 func (p *Planner) Plan(sel Selection, target Target) (*Plan, error) {
-	funcs, err := p.Select(sel)
+	funcs, missing, err := p.selectFuncs(sel)
 	if err != nil {
 		return nil, err
 	}
 	plan := &Plan{Target: target}
+	for _, a := range missing {
+		plan.Refused = append(plan.Refused, Refusal{Address: a, Reason: fmt.Sprintf("not found: no PCI function %s on this host", a)})
+	}
 	selected := map[host.Address]bool{}
 	for _, f := range funcs {
 		selected[f.Address] = true

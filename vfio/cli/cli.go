@@ -83,6 +83,22 @@ type common struct {
 	all                       bool
 	devices                   multi
 	noModprobe                bool
+	lockFile                  string
+}
+
+// defaultLockFile is the host-wide lock on a real host.
+const defaultLockFile = "/run/lock/sandbox-gpu-vfio.lock"
+
+// lockPath is the lock file to use: none for trees other than the running
+// kernel's, unless set explicitly.
+func (c *common) lockPath() string {
+	if c.lockFile != "auto" {
+		return c.lockFile
+	}
+	if c.simulate != "" || filepath.Clean(c.sysfs) != "/sys" {
+		return ""
+	}
+	return defaultLockFile
 }
 
 type multi []string
@@ -103,6 +119,7 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 		fs.BoolVar(&c.all, "all", false, "select every function of --vendor")
 		fs.Var(&c.devices, "device", "select a PCI function by address (repeatable)")
 		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module")
+		fs.StringVar(&c.lockFile, "lock-file", "auto", "host-wide lock held while changing drivers (auto: "+defaultLockFile+" when --sysfs-root is /sys; empty: none)")
 	}
 }
 

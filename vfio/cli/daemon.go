@@ -52,7 +52,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cleanup()
-	d, err := vfio.NewDaemon(vfio.DaemonOptions{Host: h, Desired: desired, ConfigFile: config, ReadyDir: readyDir, Resync: resync, Log: log})
+	d, err := vfio.NewDaemon(vfio.DaemonOptions{Host: h, Desired: desired, ConfigFile: config, ReadyDir: readyDir, Resync: resync, Log: log, LockFile: c.lockPath()})
 	if err != nil {
 		return err
 	}

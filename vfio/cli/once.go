@@ -67,6 +67,13 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 			return &UsageError{Msg: "--to: " + err.Error()}
 		}
 	}
+	if lock := c.lockPath(); lock != "" && cmd != "plan" {
+		release, err := vfio.AcquireLock(ctx, lock)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	planner, err := vfio.NewPlanner(h)
 	if err != nil {
 		return err

@@ -80,9 +80,11 @@ func (h *Host) ScanUsage() (*Usage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan processes: %w", err)
 	}
+	// This process holds what it claims (ClaimGroup) and is never a user.
+	self, _ := os.Readlink(filepath.Join(h.proc, "self"))
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
+		if err != nil || pid <= 0 || e.Name() == self {
 			continue
 		}
 		fdDir := filepath.Join(h.proc, e.Name(), "fd")

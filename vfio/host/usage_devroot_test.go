@@ -51,3 +51,21 @@ func TestInUseWithDevRootMountedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, reasons)
 }
+
+// The scanning process itself (proc's "self") is never a holder: it claims
+// the VFIO group while unbinding.
+func TestScanUsageSkipsSelf(t *testing.T) {
+	root := t.TempDir()
+	proc := filepath.Join(root, "proc")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "77", "fd"), 0o755))
+	require.NoError(t, os.Symlink("/dev/vfio/4", filepath.Join(proc, "77", "fd", "5")))
+	h := New(Options{SysfsRoot: filepath.Join(root, "sys"), DevRoot: "/dev", ProcRoot: proc})
+	u, err := h.ScanUsage()
+	require.NoError(t, err)
+	assert.Len(t, u.Holders("/dev/vfio/4"), 1)
+
+	require.NoError(t, os.Symlink("77", filepath.Join(proc, "self")))
+	u, err = h.ScanUsage()
+	require.NoError(t, err)
+	assert.Empty(t, u.Holders("/dev/vfio/4"))
+}
