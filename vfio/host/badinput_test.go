@@ -236,7 +236,6 @@ func TestScanRealSysfs(t *testing.T) {
 	}
 }
 
-
 type downLinks struct{}
 
 func (downLinks) LinkUp(string) (bool, error) { return false, nil }
