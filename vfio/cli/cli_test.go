@@ -176,8 +176,8 @@ func TestRootFlagsAreHonoured(t *testing.T) {
 	assert.Equal(t, "0009:01:00.0", c.Actions[0].Address)
 	assert.Equal(t, "nvgrace_gpu_vfio_pci", c.Actions[0].To, "variant driver found through --modules-dir")
 
-	// Without --modules-dir the release comes from the proc root, and the
-	// modules folder of that release is absent here: vfio-pci is the fallback.
+	// A modules folder without modules.alias: no variant is known, so
+	// vfio-pci is the fallback.
 	code, out, _ = runCLI(t, "plan", "--all", "--output", "json", "--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot,
 		"--proc-root", opts.ProcRoot, "--modules-dir", filepath.Join(t.TempDir(), "none"))
 	require.Equal(t, 0, code)
