@@ -1,0 +1,275 @@
+package deviceplugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+)
+
+const res = "example.com/gpu"
+
+// fakeHost is a scanner over an in-memory device list; a write to its
+// watched folder stands for a /dev/vfio change.
+type fakeHost struct {
+	mu      sync.Mutex
+	devices []Device
+	dir     string
+	ready   bool
+}
+
+func (f *fakeHost) Scan(context.Context) ([]Resource, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []Resource{{Name: res, Devices: append([]Device(nil), f.devices...), Allocate: func(devs []Device) *pluginapi.ContainerAllocateResponse {
+		env := map[string]string{}
+		for _, d := range devs {
+			env["IDS"] += d.ID + ","
+		}
+		return &pluginapi.ContainerAllocateResponse{Envs: env}
+	}}}, nil
+}
+
+func (f *fakeHost) set(t *testing.T, devs ...Device) {
+	t.Helper()
+	f.mu.Lock()
+	f.devices = devs
+	f.mu.Unlock()
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "change"), []byte(time.Now().String()), 0o644))
+}
+
+func dev(id string, numa int) Device {
+	return Device{ID: id, NUMA: numa, Specs: []*pluginapi.DeviceSpec{
+		{HostPath: "/dev/vfio/vfio", ContainerPath: "/dev/vfio/vfio", Permissions: "mrw"},
+		{HostPath: "/dev/vfio/" + id, ContainerPath: "/dev/vfio/" + id, Permissions: "mrw"}}}
+}
+
+type harness struct {
+	m       *Manager
+	host    *fakeHost
+	kubelet *kubelettest.Stub
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func start(t *testing.T, ready func() bool, devs ...Device) *harness {
+	t.Helper()
+	dir := kubelettest.ShortDir(t)
+	watch := filepath.Join(dir, "watch")
+	require.NoError(t, os.Mkdir(watch, 0o755))
+	h := &harness{host: &fakeHost{devices: devs, dir: watch}, done: make(chan error, 1)}
+	h.kubelet = kubelettest.Start(t, dir)
+	var err error
+	h.m, err = NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: h.host, WatchPaths: []string{watch},
+		Rescan: time.Hour, Ready: ready, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.m.Run(ctx) }()
+	t.Cleanup(func() { h.stop(t) })
+	return h
+}
+
+func (h *harness) stop(t *testing.T) {
+	h.cancel()
+	select {
+	case err := <-h.done:
+		require.NoError(t, err)
+		h.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("manager did not stop")
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRegistersAndListsWithTopology(t *testing.T) {
+	h := start(t, nil, dev("12", 0), dev("13", 1))
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	assert.Equal(t, pluginapi.Version, reg.Version)
+	assert.Equal(t, filepath.Base(h.m.SocketPath(res)), reg.Endpoint)
+	assert.True(t, reg.Options.GetPreferredAllocationAvailable)
+
+	c := h.kubelet.Dial(t, reg.Endpoint)
+	updates, err := kubelettest.Watch(ctxT(t), c)
+	require.NoError(t, err)
+	first, err := kubelettest.Await(updates, 5*time.Second, func(*pluginapi.ListAndWatchResponse) bool { return true })
+	require.NoError(t, err)
+	require.Len(t, first.Devices, 2)
+	assert.Equal(t, "12", first.Devices[0].ID)
+	assert.Equal(t, int64(1), first.Devices[1].Topology.Nodes[0].ID)
+	assert.Equal(t, pluginapi.Healthy, first.Devices[0].Health)
+}
+
+func TestRemovedDevicesTurnUnhealthyAndBack(t *testing.T) {
+	h := start(t, nil, dev("12", 0), dev("13", 0))
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	updates, err := kubelettest.Watch(ctxT(t), h.kubelet.Dial(t, reg.Endpoint))
+	require.NoError(t, err)
+
+	h.host.set(t, dev("12", 0))
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["13"] == pluginapi.Unhealthy
+	})
+	require.NoError(t, err, "a vanished device turns Unhealthy")
+
+	h.host.set(t, dev("12", 0), dev("13", 0), dev("14", 0))
+	r, err := kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["13"] == pluginapi.Healthy && kubelettest.Health(r)["14"] == pluginapi.Healthy
+	})
+	require.NoError(t, err, "a device that comes back is Healthy; a new one is advertised")
+	assert.Len(t, r.Devices, 3)
+}
+
+func TestAllocateValidatesAndBuildsFreshResponses(t *testing.T) {
+	broken := dev("14", 0)
+	checks := 0
+	broken.Check = func() error { checks++; return os.ErrNotExist }
+	h := start(t, nil, dev("12", 0), dev("13", 0), broken)
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	c := h.kubelet.Dial(t, reg.Endpoint)
+	ctx := ctxT(t)
+
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{"12"}}, {DevicesIds: []string{"13"}}}})
+	require.NoError(t, err)
+	require.Len(t, resp.ContainerResponses, 2)
+	assert.Equal(t, "12,", resp.ContainerResponses[0].Envs["IDS"])
+	assert.Equal(t, "13,", resp.ContainerResponses[1].Envs["IDS"], "no env leaks from one container to the next")
+	paths := []string{}
+	for _, d := range resp.ContainerResponses[0].Devices {
+		paths = append(paths, d.HostPath)
+	}
+	assert.Equal(t, []string{"/dev/vfio/vfio", "/dev/vfio/12"}, paths)
+
+	resp, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"12", "13"}}}})
+	require.NoError(t, err)
+	assert.Len(t, resp.ContainerResponses[0].Devices, 3, "/dev/vfio/vfio once")
+
+	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"12", "99", "98"}}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown devices 99, 98")
+
+	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"14"}}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unhealthy devices 14")
+	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"14"}}}})
+	require.Error(t, err)
+	assert.Equal(t, 1, checks, "a device that failed its check is Unhealthy without checking again")
+
+	h.host.set(t, dev("12", 0), dev("13", 0))
+	updates, err := kubelettest.Watch(ctx, c)
+	require.NoError(t, err)
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["13"] == pluginapi.Healthy && kubelettest.Health(r)["14"] == pluginapi.Unhealthy
+	})
+	require.NoError(t, err)
+	h.host.set(t, dev("12", 0))
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["13"] == pluginapi.Unhealthy
+	})
+	require.NoError(t, err)
+	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"13"}}}})
+	require.Error(t, err, "never allocates a device that left")
+}
+
+func TestStreamEndsWithClient(t *testing.T) {
+	h := start(t, nil, dev("12", 0))
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	c := h.kubelet.Dial(t, reg.Endpoint)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		updates, err := kubelettest.Watch(ctx, c)
+		require.NoError(t, err)
+		_, err = kubelettest.Await(updates, 5*time.Second, func(*pluginapi.ListAndWatchResponse) bool { return true })
+		require.NoError(t, err)
+		cancel()
+	}
+	eventually(t, "every stream closed", func() bool { return h.m.Streams(res) == 0 })
+}
+
+func TestReRegistersWhenKubeletRestarts(t *testing.T) {
+	h := start(t, nil, dev("12", 0))
+	_, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+
+	// The kubelet restarts: it stops, wipes the folder, listens again.
+	h.kubelet.Stop()
+	entries, err := os.ReadDir(h.kubelet.Dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.Name() != "watch" {
+			require.NoError(t, os.Remove(filepath.Join(h.kubelet.Dir, e.Name())))
+		}
+	}
+	h.host.set(t) // a device vanishes while the kubelet is away
+	k2 := kubelettest.Start(t, h.kubelet.Dir)
+	reg, err := k2.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err, "registered with the new kubelet")
+	updates, err := kubelettest.Watch(ctxT(t), k2.Dial(t, reg.Endpoint))
+	require.NoError(t, err)
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["12"] == pluginapi.Unhealthy
+	})
+	require.NoError(t, err, "the new kubelet sees the current health")
+}
+
+func TestReRegistersWhenOwnSocketRemoved(t *testing.T) {
+	h := start(t, nil, dev("12", 0))
+	_, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(h.m.SocketPath(res)))
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 2)
+	require.NoError(t, err)
+	_, err = h.kubelet.Dial(t, reg.Endpoint).GetDevicePluginOptions(ctxT(t), &pluginapi.Empty{})
+	require.NoError(t, err, "serving again on a fresh socket")
+}
+
+func TestWaitsForReadiness(t *testing.T) {
+	var mu sync.Mutex
+	ready := false
+	h := start(t, func() bool { mu.Lock(); defer mu.Unlock(); return ready }, dev("12", 0))
+	eventually(t, "a scan attempt", func() bool { return h.m.Attempts() >= 1 })
+	h.host.set(t, dev("12", 0))
+	eventually(t, "a second scan attempt", func() bool { return h.m.Attempts() >= 2 })
+	_, err := os.Stat(h.m.SocketPath(res))
+	assert.True(t, os.IsNotExist(err), "nothing served before the VFIO manager is ready")
+	assert.Empty(t, h.kubelet.Registrations(), "nothing advertised before the VFIO manager is ready")
+	assert.Zero(t, h.m.Scans())
+	mu.Lock()
+	ready = true
+	mu.Unlock()
+	h.host.set(t, dev("12", 0)) // the ready file appearing is a watched change
+	_, err = h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}

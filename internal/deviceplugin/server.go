@@ -1,0 +1,257 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// server is the deviceplugin v1beta1 server of one resource. Devices that
+// disappear from a scan stay listed as Unhealthy; devices that come back
+// turn Healthy again.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	name   string
+	socket string
+
+	mu         sync.Mutex
+	devices    map[string]*entry
+	allocate   func([]Device) *pluginapi.ContainerAllocateResponse
+	changed    chan struct{} // closed and replaced on every change
+	grpc       *grpc.Server
+	registered bool
+	streams    atomic.Int32 // open ListAndWatch streams
+}
+
+type entry struct {
+	dev     Device
+	healthy bool
+}
+
+func newServer(name, socket string) *server {
+	return &server{name: name, socket: socket, devices: map[string]*entry{}, changed: make(chan struct{})}
+}
+
+// update replaces the device set with a scan's result and wakes the
+// ListAndWatch streams when anything a kubelet sees changed.
+func (s *server) update(res Resource) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if res.Allocate != nil {
+		s.allocate = res.Allocate
+	}
+	changed := false
+	seen := make(map[string]bool, len(res.Devices))
+	for _, d := range res.Devices {
+		seen[d.ID] = true
+		e, ok := s.devices[d.ID]
+		if !ok {
+			s.devices[d.ID] = &entry{dev: d, healthy: true}
+			changed = true
+			continue
+		}
+		if !e.healthy || e.dev.NUMA != d.NUMA {
+			changed = true
+		}
+		e.dev, e.healthy = d, true
+	}
+	for id, e := range s.devices {
+		if !seen[id] && e.healthy {
+			e.healthy, changed = false, true
+		}
+	}
+	if changed {
+		s.notifyLocked()
+	}
+	return changed
+}
+
+// markUnhealthy flags a device found unusable at Allocate time.
+func (s *server) markUnhealthy(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.devices[id]; ok && e.healthy {
+		e.healthy = false
+		s.notifyLocked()
+	}
+}
+
+func (s *server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// snapshot returns the kubelet's view and the channel that closes on the
+// next change.
+func (s *server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.devices))
+	for id := range s.devices {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	resp := &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, 0, len(ids))}
+	for _, id := range ids {
+		e := s.devices[id]
+		d := &pluginapi.Device{ID: id, Health: pluginapi.Unhealthy}
+		if e.healthy {
+			d.Health = pluginapi.Healthy
+		}
+		if e.dev.NUMA >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(e.dev.NUMA)}}}
+		}
+		resp.Devices = append(resp.Devices, d)
+	}
+	return resp, s.changed
+}
+
+// start listens on the socket (replacing a stale one) and serves.
+func (s *server) start() error {
+	if err := os.Remove(s.socket); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("resource %s: remove stale socket %s: %w", s.name, s.socket, err)
+	}
+	ln, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("resource %s: listen on %s: %w", s.name, s.socket, err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, s)
+	s.mu.Lock()
+	s.grpc = g
+	s.mu.Unlock()
+	go func() { _ = g.Serve(ln) }()
+	return nil
+}
+
+// stop ends the server and every ListAndWatch stream.
+func (s *server) stop() {
+	s.mu.Lock()
+	g := s.grpc
+	s.grpc = nil
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
+	}
+}
+
+// GetDevicePluginOptions implements pluginapi.DevicePluginServer.
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the device list now and after every change, until
+// the client's stream ends or the server stops.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
+	for {
+		resp, changed := s.snapshot()
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// Allocate validates the requested devices and builds a fresh response per
+// container: unknown, unhealthy or no longer usable devices are refused by
+// name.
+func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
+	for _, creq := range req.ContainerRequests {
+		devs, allocate, err := s.lookup(creq.DevicesIds)
+		if err != nil {
+			return nil, err
+		}
+		var cr *pluginapi.ContainerAllocateResponse
+		if allocate != nil {
+			cr = allocate(devs)
+		}
+		if cr == nil {
+			cr = &pluginapi.ContainerAllocateResponse{}
+		}
+		seen := map[string]bool{}
+		for _, d := range devs {
+			for _, spec := range d.Specs {
+				if !seen[spec.HostPath] {
+					seen[spec.HostPath] = true
+					cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: spec.ContainerPath, HostPath: spec.HostPath, Permissions: spec.Permissions})
+				}
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
+	}
+	return resp, nil
+}
+
+func (s *server) lookup(ids []string) ([]Device, func([]Device) *pluginapi.ContainerAllocateResponse, error) {
+	s.mu.Lock()
+	allocate := s.allocate
+	devs := make([]Device, 0, len(ids))
+	var unknown, unhealthy []string
+	for _, id := range ids {
+		e, ok := s.devices[id]
+		switch {
+		case !ok:
+			unknown = append(unknown, id)
+		case !e.healthy:
+			unhealthy = append(unhealthy, id)
+		default:
+			devs = append(devs, e.dev)
+		}
+	}
+	s.mu.Unlock()
+	if len(unknown) > 0 {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "resource %s: unknown devices %s", s.name, strings.Join(unknown, ", "))
+	}
+	for _, d := range devs {
+		if d.Check == nil {
+			continue
+		}
+		if err := d.Check(); err != nil {
+			s.markUnhealthy(d.ID)
+			unhealthy = append(unhealthy, fmt.Sprintf("%s (%v)", d.ID, err))
+		}
+	}
+	if len(unhealthy) > 0 {
+		return nil, nil, status.Errorf(codes.FailedPrecondition, "resource %s: unhealthy devices %s", s.name, strings.Join(unhealthy, ", "))
+	}
+	return devs, allocate, nil
+}
+
+// GetPreferredAllocation keeps a request on one NUMA node when it can.
+func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	s.mu.Lock()
+	numa := make(map[string]int, len(s.devices))
+	for id, e := range s.devices {
+		numa[id] = e.dev.NUMA
+	}
+	s.mu.Unlock()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.ContainerRequests {
+		ids := preferNUMA(c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize), numa)
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not needed (not requested in the options).
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
