@@ -1,0 +1,101 @@
+package kata
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+)
+
+// CDIWriter keeps one CDI spec per resource in a folder: kind = resource,
+// one device per device ID, the lowest cdiVersion the content needs (Kata's
+// runtime reads specs with an old CDI library). Specs are rewritten
+// atomically when they change; specs of resources that disappeared are
+// removed.
+type CDIWriter struct {
+	Dir string
+
+	mu      sync.Mutex
+	written map[string]*cdispec.Spec // file name -> content
+}
+
+// SpecName is the file a resource's spec is written to.
+func SpecName(resource string) string {
+	vendor, class, _ := strings.Cut(resource, "/")
+	return cdi.GenerateSpecName(vendor, class) + ".yaml"
+}
+
+// Spec builds the CDI spec of one resource.
+func Spec(r deviceplugin.Resource) (*cdispec.Spec, error) {
+	spec := &cdispec.Spec{Kind: r.Name}
+	common := map[string]bool{}
+	for _, d := range r.Devices {
+		dev := cdispec.Device{Name: d.ID}
+		for _, s := range d.Specs {
+			if s.HostPath == deviceplugin.HostDev+"/vfio/vfio" || s.HostPath == deviceplugin.HostDev+"/iommu" {
+				common[s.HostPath] = true
+				continue
+			}
+			dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: s.HostPath})
+		}
+		spec.Devices = append(spec.Devices, dev)
+	}
+	for _, p := range []string{deviceplugin.HostDev + "/vfio/vfio", deviceplugin.HostDev + "/iommu"} {
+		if common[p] {
+			spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
+		}
+	}
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec of %s: %w", r.Name, err)
+	}
+	spec.Version = v
+	return spec, nil
+}
+
+// Write brings the folder in line with the resources.
+func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written == nil {
+		w.written = map[string]*cdispec.Spec{}
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(w.Dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return fmt.Errorf("CDI folder %s: %w", w.Dir, err)
+	}
+	keep := map[string]bool{}
+	for _, r := range resources {
+		name := SpecName(r.Name)
+		keep[name] = true
+		spec, err := Spec(r)
+		if err != nil {
+			return err
+		}
+		if old, ok := w.written[name]; ok && reflect.DeepEqual(old, spec) {
+			if _, err := os.Stat(filepath.Join(w.Dir, name)); err == nil {
+				continue
+			}
+		}
+		if err := cache.WriteSpec(spec, name); err != nil {
+			return fmt.Errorf("write CDI spec %s: %w", filepath.Join(w.Dir, name), err)
+		}
+		w.written[name] = spec
+	}
+	for name := range w.written {
+		if !keep[name] {
+			if err := cache.RemoveSpec(name); err != nil {
+				return fmt.Errorf("remove CDI spec %s: %w", filepath.Join(w.Dir, name), err)
+			}
+			delete(w.written, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+// Package kubevirt is the KubeVirt sandbox device plugin: passthrough GPUs
+// as nvidia.com/<MODEL> with PCI_RESOURCE_* env, mdev vGPUs as
+// nvidia.com/<TYPE> with MDEV_PCI_RESOURCE_* env, vendor-specific VFIO vGPU
+// VFs as PCI resources, and the KubeVirt permittedHostDevices entries for
+// all of them. Discovery comes from the vfio/host model.
+package kubevirt
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+)
+
+// ResourcePrefix is the domain of every resource this plugin advertises.
+const ResourcePrefix = "nvidia.com/"
+
+// EnvName is KubeVirt's env variable for a resource: prefix, "_", the
+// resource upper-cased with "/" and "." as "_"
+// (PCI_RESOURCE_NVIDIA_COM_GA102GL_A10).
+func EnvName(prefix, resource string) string {
+	n := strings.ToUpper(resource)
+	n = strings.ReplaceAll(n, "/", "_")
+	n = strings.ReplaceAll(n, ".", "_")
+	return prefix + "_" + n
+}
+
+// TypeResource is the resource name of a vGPU type name: "NVIDIA A10-4Q"
+// gives nvidia.com/NVIDIA_A10-4Q.
+func TypeResource(typeName string) string {
+	return ResourcePrefix + whitespace.ReplaceAllString(strings.TrimSpace(typeName), "_")
+}
+
+// Scanner discovers KubeVirt resources on the host.
+type Scanner struct {
+	Host  *host.Host
+	Namer *Namer
+
+	mu        sync.Mutex
+	permitted v1.PermittedHostDevices
+}
+
+type building struct {
+	res      deviceplugin.Resource
+	pci      *v1.PciHostDevice
+	mediated *v1.MediatedHostDevice
+}
+
+// Scan implements deviceplugin.Scanner.
+func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
+	snap, err := s.Host.Scan()
+	if err != nil {
+		return nil, err
+	}
+	iommufd := s.Host.IOMMUFD()
+	out := map[string]*building{}
+	add := func(name string, d deviceplugin.Device, env string) *building {
+		b, ok := out[name]
+		if !ok {
+			b = &building{res: deviceplugin.Resource{Name: name, Allocate: envAllocator(EnvName(env, name))}}
+			out[name] = b
+		}
+		b.res.Devices = append(b.res.Devices, d)
+		return b
+	}
+	typeNames := vgpuTypeNames(s.Host, snap)
+	for _, f := range snap.Functions {
+		if f.Vendor != host.VendorNVIDIA || f.Role != host.RoleGPU || f.IOMMUGroup == host.NoGroup {
+			continue
+		}
+		addr, group := f.Address, f.IOMMUGroup
+		dev := deviceplugin.Device{ID: string(addr), NUMA: f.NUMANode, Values: []string{string(addr)},
+			Specs: deviceplugin.VFIOSpecs(group, f.VFIODevices, iommufd)}
+		switch {
+		case f.PhysFn == "" && host.IsVFIODriver(f.Driver):
+			name, _ := s.Namer.Name(f.Vendor, f.Device)
+			dev.Check = func() error { return s.Host.StillOnVFIO(addr, group) }
+			b := add(ResourcePrefix+name, dev, "PCI_RESOURCE")
+			b.pci = &v1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("%04X:%04X", f.Vendor, f.Device), ResourceName: b.res.Name, ExternalResourceProvider: true}
+		case f.PhysFn != "":
+			vg, ok, err := s.Host.VGPU(addr)
+			if err != nil {
+				return nil, err
+			}
+			if !ok || vg.Current == 0 {
+				continue
+			}
+			current := vg.Current
+			typeName := typeNames[current]
+			if typeName == "" {
+				typeName = fmt.Sprintf("NVIDIA vGPU type %d", current)
+			}
+			dev.Check = func() error {
+				v, ok, err := s.Host.VGPU(addr)
+				if err != nil || !ok || v.Current != current {
+					return fmt.Errorf("VF %s no longer has vGPU type %d", addr, current)
+				}
+				return nil
+			}
+			b := add(TypeResource(typeName), dev, "PCI_RESOURCE")
+			b.pci = &v1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("%04X:%04X", f.Vendor, f.Device), ResourceName: b.res.Name, ExternalResourceProvider: true}
+		}
+	}
+	mdevs, err := s.Host.Mdevs()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mdevs {
+		parent, ok := snap.Function(m.Parent)
+		if !ok || parent.Vendor != host.VendorNVIDIA || m.TypeName == "" || m.IOMMUGroup == host.NoGroup {
+			continue
+		}
+		uuid, group := m.UUID, m.IOMMUGroup
+		dev := deviceplugin.Device{ID: uuid, NUMA: parent.NUMANode, Values: []string{uuid},
+			Specs: deviceplugin.VFIOSpecs(group, nil, false),
+			Check: func() error { return s.Host.StillMdev(uuid, group) }}
+		b := add(TypeResource(m.TypeName), dev, "MDEV_PCI_RESOURCE")
+		b.mediated = &v1.MediatedHostDevice{MDEVNameSelector: m.TypeName, ResourceName: b.res.Name, ExternalResourceProvider: true}
+	}
+	return s.finish(out), nil
+}
+
+func (s *Scanner) finish(out map[string]*building) []deviceplugin.Resource {
+	names := make([]string, 0, len(out))
+	for n := range out {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var res []deviceplugin.Resource
+	permitted := v1.PermittedHostDevices{}
+	for _, n := range names {
+		b := out[n]
+		res = append(res, b.res)
+		if b.pci != nil {
+			permitted.PciHostDevices = append(permitted.PciHostDevices, *b.pci)
+		}
+		if b.mediated != nil {
+			permitted.MediatedDevices = append(permitted.MediatedDevices, *b.mediated)
+		}
+	}
+	s.mu.Lock()
+	s.permitted = permitted
+	s.mu.Unlock()
+	return res
+}
+
+// Permitted returns the KubeVirt permittedHostDevices entries for what the
+// last scan found.
+func (s *Scanner) Permitted() v1.PermittedHostDevices {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *s.permitted.DeepCopy()
+}
+
+// envAllocator puts the comma-separated values of the allocated devices in
+// one env variable, in a new response every call.
+func envAllocator(env string) func([]deviceplugin.Device) *pluginapi.ContainerAllocateResponse {
+	return func(devs []deviceplugin.Device) *pluginapi.ContainerAllocateResponse {
+		vals := make([]string, 0, len(devs))
+		for _, d := range devs {
+			vals = append(vals, d.Values...)
+		}
+		return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{env: strings.Join(vals, ",")}}
+	}
+}
+
+// vgpuTypeNames maps vGPU type ids to names from every VF's creatable
+// list (a VF with a type set no longer lists it; its siblings do).
+func vgpuTypeNames(h *host.Host, snap *host.Snapshot) map[int]string {
+	names := map[int]string{}
+	for _, f := range snap.Functions {
+		if f.PhysFn == "" || f.Vendor != host.VendorNVIDIA {
+			continue
+		}
+		if vg, ok, err := h.VGPU(f.Address); err == nil && ok {
+			for id, n := range vg.Creatable {
+				names[id] = n
+			}
+		}
+	}
+	return names
+}
