@@ -47,9 +47,9 @@ type Options struct {
 
 // Manager runs one server per resource and keeps them registered.
 type Manager struct {
-	opts    Options
-	mu      sync.Mutex
-	servers map[string]*server
+	opts     Options
+	mu       sync.Mutex
+	servers  map[string]*server
 	ready    bool
 	scans    int
 	attempts int
