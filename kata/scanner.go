@@ -14,7 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
-	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 )
 
@@ -27,9 +27,9 @@ const (
 // Scanner discovers Kata resources on the host.
 type Scanner struct {
 	Host             *host.Host
-	Resource         string          // GPUs; default nvidia.com/pgpu
-	NVSwitchResource string          // NVSwitches; default nvidia.com/nvswitch
-	Namer            *kubevirt.Namer // set for per-model names (nvidia.com/<MODEL>)
+	Resource         string         // GPUs; default nvidia.com/pgpu
+	NVSwitchResource string         // NVSwitches; default nvidia.com/nvswitch
+	Namer            *gpuname.Namer // set for per-model names (nvidia.com/<MODEL>)
 
 	mu        sync.Mutex
 	preflight Preflight
@@ -125,7 +125,7 @@ func (s *Scanner) resourceFor(f *host.Function) string {
 	case host.RoleGPU:
 		if s.Namer != nil {
 			name, _ := s.Namer.Name(f.Vendor, f.Device)
-			return kubevirt.ResourcePrefix + name
+			return "nvidia.com/" + name
 		}
 		if s.Resource != "" {
 			return s.Resource

@@ -16,6 +16,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 )
 
@@ -35,7 +36,7 @@ func EnvName(prefix, resource string) string {
 // TypeResource is the resource name of a vGPU type name: "NVIDIA A10-4Q"
 // gives nvidia.com/NVIDIA_A10-4Q.
 func TypeResource(typeName string) string {
-	return ResourcePrefix + whitespace.ReplaceAllString(strings.TrimSpace(typeName), "_")
+	return ResourcePrefix + gpuname.Whitespace.ReplaceAllString(strings.TrimSpace(typeName), "_")
 }
 
 // Scanner discovers KubeVirt resources on the host.
@@ -186,4 +187,12 @@ func vgpuTypeNames(h *host.Host, snap *host.Snapshot) map[int]string {
 		}
 	}
 	return names
+}
+
+// Namer names GPU models (see package gpuname).
+type Namer = gpuname.Namer
+
+// NewNamer reads pci.ids and optional name overrides (see gpuname.NewNamer).
+func NewNamer(pciIDs, overridesFile string) (*Namer, error) {
+	return gpuname.NewNamer(pciIDs, overridesFile)
 }

@@ -195,3 +195,12 @@ func TestEnvName(t *testing.T) {
 	assert.Equal(t, "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10", EnvName("PCI_RESOURCE", "nvidia.com/GA102GL_A10"))
 	assert.Equal(t, "nvidia.com/NVIDIA_A10-4Q", TypeResource("NVIDIA A10-4Q"))
 }
+
+func writePCIIDs(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pci.ids")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+const oldPCIIDs = "10de  NVIDIA Corporation\n\t2230  GA102GL [RTX A6000]\n"

@@ -8,9 +8,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/kata"
-	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 )
 
 type options struct {
@@ -31,7 +31,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	defer cleanup()
 	s := &kata.Scanner{Host: h, Resource: o.resource, NVSwitchResource: o.nvswitchResource}
 	if o.perModel {
-		if s.Namer, err = kubevirt.NewNamer(o.common.PCIIDs, o.namesConfig); err != nil {
+		if s.Namer, err = gpuname.NewNamer(o.common.PCIIDs, o.namesConfig); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,7 @@
-package kubevirt
+// Package gpuname gives GPU models their extended-resource names: the GPU
+// Operator's kubevirt-gpu-device-plugin rule over pci.ids text, pinned by
+// a curated table for data-centre GPUs, with per-cluster overrides.
+package gpuname
 
 import (
 	"fmt"
@@ -11,7 +14,8 @@ import (
 )
 
 var (
-	whitespace = regexp.MustCompile(`\s+`)
+	// Whitespace matches runs of white space.
+	Whitespace = regexp.MustCompile(`\s+`)
 	notAllowed = regexp.MustCompile(`[^A-Z0-9_]`)
 	validName  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 )
@@ -24,7 +28,7 @@ func DeriveName(pciName string) string {
 	n := strings.ToUpper(pciName)
 	n = strings.ReplaceAll(n, "/", "_")
 	n = strings.ReplaceAll(n, ".", "_")
-	n = whitespace.ReplaceAllString(n, "_")
+	n = Whitespace.ReplaceAllString(n, "_")
 	return notAllowed.ReplaceAllString(n, "")
 }
 

@@ -1,4 +1,4 @@
-package kubevirt
+package gpuname
 
 import (
 	"os"
