@@ -6,7 +6,7 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TMPDIR   ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
 FUZZTIME      ?= 5s
 BENCHTIME     ?= 3x
-FUZZ_PKGS     ?= ./vfio/host
+FUZZ_PKGS     ?= ./vfio/host ./internal/gpuname
 BINARIES      := $(notdir $(wildcard cmd/*))
 
 .PHONY: help build test unit fuzz e2e test-deps bench lint fmt demo-status clean
