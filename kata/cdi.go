@@ -1,6 +1,7 @@
 package kata
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,10 +27,15 @@ type CDIWriter struct {
 	written map[string]*cdispec.Spec // file name -> content
 }
 
+// specPrefix marks the spec files this plugin owns in a shared CDI folder,
+// so that specs left by an earlier run (a resource gone or renamed while
+// the plugin was down) are removed too.
+const specPrefix = "sandbox-gpu-kata-"
+
 // SpecName is the file a resource's spec is written to.
 func SpecName(resource string) string {
 	vendor, class, _ := strings.Cut(resource, "/")
-	return cdi.GenerateSpecName(vendor, class) + ".yaml"
+	return specPrefix + cdi.GenerateSpecName(vendor, class) + ".yaml"
 }
 
 // Spec builds the CDI spec of one resource.
@@ -72,12 +78,14 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 		return fmt.Errorf("CDI folder %s: %w", w.Dir, err)
 	}
 	keep := map[string]bool{}
+	var errs []error
 	for _, r := range resources {
 		name := SpecName(r.Name)
 		keep[name] = true
 		spec, err := Spec(r)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		if old, ok := w.written[name]; ok && reflect.DeepEqual(old, spec) {
 			if _, err := os.Stat(filepath.Join(w.Dir, name)); err == nil {
@@ -85,17 +93,22 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 			}
 		}
 		if err := cache.WriteSpec(spec, name); err != nil {
-			return fmt.Errorf("write CDI spec %s: %w", filepath.Join(w.Dir, name), err)
+			errs = append(errs, fmt.Errorf("write CDI spec %s: %w", filepath.Join(w.Dir, name), err))
+			continue
 		}
 		w.written[name] = spec
 	}
-	for name := range w.written {
-		if !keep[name] {
-			if err := cache.RemoveSpec(name); err != nil {
-				return fmt.Errorf("remove CDI spec %s: %w", filepath.Join(w.Dir, name), err)
-			}
-			delete(w.written, name)
+	owned, _ := filepath.Glob(filepath.Join(w.Dir, specPrefix+"*.yaml"))
+	for _, p := range owned {
+		name := filepath.Base(p)
+		if keep[name] {
+			continue
 		}
+		if err := cache.RemoveSpec(name); err != nil {
+			errs = append(errs, fmt.Errorf("remove CDI spec %s: %w", p, err))
+			continue
+		}
+		delete(w.written, name)
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -85,14 +85,23 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		if name == "" {
 			continue
 		}
+		// One device per IOMMU group: the group is passed whole, with the
+		// iommufd cdevs of every member (GPU and companions).
+		groupKey := name + "/" + strconv.Itoa(f.IOMMUGroup)
+		if seen[groupKey] {
+			continue
+		}
+		seen[groupKey] = true
 		id := strconv.Itoa(f.IOMMUGroup)
+		var cdevs []string
+		for _, m := range snap.GroupMembers(f) {
+			if host.IsVFIODriver(m.Driver) {
+				cdevs = append(cdevs, m.VFIODevices...)
+			}
+		}
 		if iommufd && len(f.VFIODevices) > 0 {
 			id = f.VFIODevices[0]
 		}
-		if seen[name+"="+id] {
-			continue // one device per group: the group is passed whole
-		}
-		seen[name+"="+id] = true
 		r, ok := byRes[name]
 		if !ok {
 			r = &deviceplugin.Resource{Name: name, Allocate: cdiAllocator}
@@ -101,7 +110,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		addr, group := f.Address, f.IOMMUGroup
 		r.Devices = append(r.Devices, deviceplugin.Device{
 			ID: id, NUMA: f.NUMANode, Values: []string{name + "=" + id},
-			Specs: deviceplugin.VFIOSpecs(group, f.VFIODevices, iommufd),
+			Specs: deviceplugin.VFIOSpecs(group, cdevs, iommufd),
 			Check: func() error { return s.Host.StillOnVFIO(addr, group) },
 		})
 	}
