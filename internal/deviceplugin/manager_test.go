@@ -24,7 +24,6 @@ type fakeHost struct {
 	mu      sync.Mutex
 	devices []Device
 	dir     string
-	ready   bool
 }
 
 func (f *fakeHost) Scan(context.Context) ([]Resource, error) {
