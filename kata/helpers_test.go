@@ -2,6 +2,7 @@ package kata
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,24 +12,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
 
-// allNVIDIA selects every NVIDIA function, NVSwitches included.
-var allNVIDIA = vfio.Selection{All: true, Vendor: host.VendorNVIDIA, NVSwitches: true}
+var allNVIDIA = vfiotest.AllNVIDIA
 
-// move applies a selection on the simulated host and requires that every
-// selected function reached the target.
 func move(t testing.TB, h *host.Host, sel vfio.Selection, target vfio.Target) {
 	t.Helper()
-	p, err := vfio.NewPlanner(h)
-	require.NoError(t, err)
-	plan, err := p.Plan(sel, target)
-	require.NoError(t, err)
-	res := vfio.Apply(context.Background(), h, plan, vfio.ApplyOptions{})
-	require.True(t, res.OK(), "refused: %v", res.Refused)
+	vfiotest.Move(t, h, sel, target)
 }
 
 // onVFIO builds a fixture with every NVIDIA function bound to vfio.
@@ -108,19 +103,10 @@ func dirEntries(t testing.TB, dir string) []string {
 	return out
 }
 
-// eventually polls cond every few milliseconds until it holds or the
-// deadline passes.
+// eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, within time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: "+msg, append([]any{within}, args...)...)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, within, fmt.Sprintf(msg, args...), cond)
 }
 
 func exists(path string) bool {

@@ -13,19 +13,15 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
 
 func move(t testing.TB, h *host.Host, sel vfio.Selection, target vfio.Target) {
 	t.Helper()
-	p, err := vfio.NewPlanner(h)
-	require.NoError(t, err)
-	plan, err := p.Plan(sel, target)
-	require.NoError(t, err)
-	res := vfio.Apply(context.Background(), h, plan, vfio.ApplyOptions{})
-	require.True(t, res.OK(), "%v", res.Refused)
+	vfiotest.Move(t, h, sel, target)
 }
 
-var allNVIDIA = vfio.Selection{All: true, Vendor: host.VendorNVIDIA, NVSwitches: true}
+var allNVIDIA = vfiotest.AllNVIDIA
 
 func scan(t testing.TB, h *host.Host, pciIDs string) (*Scanner, map[string]deviceplugin.Resource) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 )
 
@@ -249,7 +251,12 @@ func (d *Daemon) setReady(rep *ReadyReport) {
 		}
 		return
 	}
-	if err := writeJSONAtomic(p, rep); err != nil {
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, rep); err != nil {
+		d.opts.Log.Error(err, "Cannot encode readiness", "path", p)
+		return
+	}
+	if _, err := atomicfile.Write(p, buf.Bytes(), 0o644); err != nil {
 		d.opts.Log.Error(err, "Cannot write readiness file", "path", p)
 	}
 }
@@ -282,23 +289,4 @@ func (d *Daemon) Handler() http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(d.gather, promhttp.HandlerOpts{}))
 	}
 	return mux
-}
-
-func writeJSONAtomic(path string, v any) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := WriteJSON(tmp, v); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

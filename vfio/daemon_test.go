@@ -3,6 +3,7 @@ package vfio
 import (
 	"context"
 	"encoding/json"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,15 +23,7 @@ import (
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, 10*time.Second, what, cond)
 }
 
 func readReady(dir string) (*ReadyReport, bool) {

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"os"
 	"path/filepath"
 	"sync"
@@ -262,13 +263,5 @@ func TestWaitsForReadiness(t *testing.T) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, 10*time.Second, what, cond)
 }

@@ -2,13 +2,16 @@ package kubelettest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // BuildBinary builds the main package in the current directory (a cmd/
@@ -39,4 +42,39 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// BenchmarkRSS runs the plugin binary built from the current directory
+// with args (its --device-plugin-dir is added) until it has registered
+// resource with a stub kubelet, reports its resident memory as RSS-MiB,
+// and checks it exits 0 on SIGTERM.
+func BenchmarkRSS(b *testing.B, resource string, args ...string) {
+	bin := BuildBinary(b)
+	for i := 0; i < b.N; i++ {
+		dir := ShortDir(b)
+		stub := Start(b, dir)
+		cmd := exec.Command(bin, append([]string{"--device-plugin-dir", dir}, args...)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := stub.WaitRegistered(ctx, resource, 1)
+		cancel()
+		if err != nil {
+			_ = cmd.Process.Kill()
+			b.Fatal(err)
+		}
+		rss, err := RSS(cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(rss)/(1<<20), "RSS-MiB")
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("plugin did not exit 0 on SIGTERM: %v", err)
+		}
+	}
 }
