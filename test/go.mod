@@ -3,6 +3,7 @@ module github.com/sandbox-gpu/sandbox-gpu/test
 go 1.26.0
 
 require (
+	github.com/go-logr/logr v1.4.4
 	github.com/google/cadvisor v0.56.2
 	github.com/sandbox-gpu/sandbox-gpu v0.0.0
 	k8s.io/api v0.36.3
@@ -27,7 +28,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.20.2 // indirect

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -53,6 +54,7 @@ type Manager struct {
 	ready    bool
 	scans    int
 	attempts int
+	retry    chan struct{} // asks Run to retry registrations soon
 }
 
 // NewManager validates the options.
@@ -66,7 +68,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 20 * time.Millisecond
 	}
-	return &Manager{opts: opts, servers: map[string]*server{}}, nil
+	return &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1)}, nil
 }
 
 // SocketPath is where the server of a resource listens.
@@ -95,6 +97,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	pending := false
+	// Registration retries: 50 ms doubling to 1 s, for about 10 s; then the
+	// rescan tick keeps trying.
+	retryTimer := time.NewTimer(time.Hour)
+	retryTimer.Stop()
+	backoff, retryUntil := time.Duration(0), time.Time{}
 	m.scan(ctx)
 	for {
 		select {
@@ -107,11 +114,11 @@ func (m *Manager) Run(ctx context.Context) error {
 			switch {
 			case ev.Name == filepath.Join(m.opts.Dir, KubeletSocketName) && ev.Has(fsnotify.Create):
 				m.opts.Log.Info("Kubelet socket created; registering again")
-				m.reRegister(ctx, true)
+				m.reRegister(ctx)
 			case filepath.Dir(ev.Name) == filepath.Clean(m.opts.Dir) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
 				if m.ownsSocket(ev.Name) {
 					m.opts.Log.Info("Plugin socket removed; serving and registering again", "socket", ev.Name)
-					m.reRegister(ctx, false)
+					m.reRegister(ctx)
 				}
 			default:
 				if ev.Has(fsnotify.Create) {
@@ -125,6 +132,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-debounce.C:
 			pending = false
 			m.scan(ctx)
+		case <-m.retry:
+			if backoff == 0 {
+				backoff, retryUntil = 50*time.Millisecond, time.Now().Add(10*time.Second)
+				retryTimer.Reset(backoff)
+			}
+		case <-retryTimer.C:
+			if m.registerPending(ctx) || time.Now().After(retryUntil) {
+				backoff = 0
+				continue
+			}
+			backoff = min(2*backoff, time.Second)
+			retryTimer.Reset(backoff)
 		case <-tick.C:
 			m.scan(ctx)
 			m.registerPending(ctx)
@@ -190,7 +209,9 @@ func (m *Manager) scan(ctx context.Context) {
 				m.opts.Log.Error(err, "Serving resource", "resource", r.Name)
 				continue
 			}
-			m.register(ctx, s)
+			if !m.register(ctx, s) {
+				m.retrySoon()
+			}
 			continue
 		}
 		if s.update(r) {
@@ -240,7 +261,7 @@ func (m *Manager) sortedServers() []*server {
 
 // reRegister restarts servers whose socket is gone (the kubelet wipes the
 // folder when it starts) and registers every server again.
-func (m *Manager) reRegister(ctx context.Context, all bool) {
+func (m *Manager) reRegister(ctx context.Context) {
 	for _, s := range m.sortedServers() {
 		_, err := os.Stat(s.socket)
 		missing := err != nil
@@ -251,35 +272,67 @@ func (m *Manager) reRegister(ctx context.Context, all bool) {
 				continue
 			}
 		}
-		if all || missing {
-			m.register(ctx, s)
+		if !m.register(ctx, s) {
+			m.retrySoon()
 		}
 	}
 }
 
-// registerPending retries registrations that failed (kubelet down).
-func (m *Manager) registerPending(ctx context.Context) {
+// retrySoon asks Run to retry registrations with a short backoff (the
+// kubelet creates kubelet.sock a moment before it accepts connections).
+func (m *Manager) retrySoon() {
+	select {
+	case m.retry <- struct{}{}:
+	default:
+	}
+}
+
+// registerPending retries registrations that failed or are due.
+func (m *Manager) registerPending(ctx context.Context) bool {
+	ok := true
 	for _, s := range m.sortedServers() {
-		s.mu.Lock()
-		registered := s.registered
-		s.mu.Unlock()
-		if !registered {
-			m.register(ctx, s)
-		}
+		ok = m.register(ctx, s) && ok
 	}
+	return ok
 }
 
-// register tells the kubelet about one server.
-func (m *Manager) register(ctx context.Context, s *server) {
-	err := Register(ctx, filepath.Join(m.opts.Dir, KubeletSocketName), s.name, filepath.Base(s.socket))
+// kubeletInstance identifies the kubelet.sock file now there (inode and
+// change time: a restarted kubelet's socket differs even when the inode
+// number is reused), "" when there is none.
+func (m *Manager) kubeletInstance() string {
+	st, err := os.Stat(filepath.Join(m.opts.Dir, KubeletSocketName))
+	if err != nil {
+		return ""
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d@%d.%d", sys.Ino, sys.Ctim.Sec, sys.Ctim.Nsec)
+	}
+	return st.ModTime().String()
+}
+
+// register tells the kubelet about one server, at most once per kubelet
+// instance and listener: a kubelet restart (which removes the plugin's
+// socket, then creates kubelet.sock) yields exactly one registration. It
+// reports whether the server is registered with the current kubelet.
+func (m *Manager) register(ctx context.Context, s *server) bool {
+	inst := m.kubeletInstance()
 	s.mu.Lock()
-	s.registered = err == nil
+	key := fmt.Sprintf("%s/%d", inst, s.gen)
+	done := s.regKey == key && inst != ""
 	s.mu.Unlock()
+	if done {
+		return true
+	}
+	err := Register(ctx, filepath.Join(m.opts.Dir, KubeletSocketName), s.name, filepath.Base(s.socket))
 	if err != nil {
 		m.opts.Log.Info("Kubelet registration pending", "resource", s.name, "reason", err.Error())
-		return
+		return false
 	}
+	s.mu.Lock()
+	s.regKey = key
+	s.mu.Unlock()
 	m.opts.Log.Info("Registered with the kubelet", "resource", s.name, "socket", s.socket)
+	return true
 }
 
 // Register calls the kubelet's Registration service.

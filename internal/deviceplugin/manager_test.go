@@ -229,6 +229,33 @@ func TestReRegistersWhenKubeletRestarts(t *testing.T) {
 		return kubelettest.Health(r)["12"] == pluginapi.Unhealthy
 	})
 	require.NoError(t, err, "the new kubelet sees the current health")
+
+	// Every event of the restart has been handled once a later device
+	// change is visible: still exactly one registration with this kubelet.
+	h.host.set(t, dev("12", 0), dev("13", 0))
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["13"] == pluginapi.Healthy
+	})
+	require.NoError(t, err)
+	assert.Len(t, k2.Registrations(), 1, "one registration per kubelet instance")
+}
+
+// A kubelet that refuses the first attempt (its socket exists before it
+// serves) gets the registration retried within a moment, not at the next
+// rescan (an hour here).
+func TestRetriesRefusedRegistrationQuickly(t *testing.T) {
+	dir := kubelettest.ShortDir(t)
+	stub := kubelettest.Start(t, dir)
+	stub.RejectNext(2)
+	host := &fakeHost{devices: []Device{dev("12", 0)}, dir: t.TempDir()}
+	m, err := NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: host, Rescan: time.Hour, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	_, err = stub.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
 }
 
 func TestReRegistersWhenOwnSocketRemoved(t *testing.T) {

@@ -25,13 +25,14 @@ type server struct {
 	name   string
 	socket string
 
-	mu         sync.Mutex
-	devices    map[string]*entry
-	allocate   func([]Device) *pluginapi.ContainerAllocateResponse
-	changed    chan struct{} // closed and replaced on every change
-	grpc       *grpc.Server
-	registered bool
-	streams    atomic.Int32 // open ListAndWatch streams
+	mu       sync.Mutex
+	devices  map[string]*entry
+	allocate func([]Device) *pluginapi.ContainerAllocateResponse
+	changed  chan struct{} // closed and replaced on every change
+	grpc     *grpc.Server
+	gen      int          // listener generation, bumped by every start
+	regKey   string       // kubelet instance and generation last registered with
+	streams  atomic.Int32 // open ListAndWatch streams
 }
 
 type entry struct {
@@ -130,6 +131,7 @@ func (s *server) start() error {
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
 	s.grpc = g
+	s.gen++
 	s.mu.Unlock()
 	go func() { _ = g.Serve(ln) }()
 	return nil

@@ -28,9 +28,18 @@ type Stub struct {
 	socket string
 	srv    *grpc.Server
 
-	mu   sync.Mutex
-	regs []*pluginapi.RegisterRequest
-	wake chan struct{}
+	mu     sync.Mutex
+	regs   []*pluginapi.RegisterRequest
+	wake   chan struct{}
+	reject int
+}
+
+// RejectNext makes the next n Register calls fail, as a kubelet that is
+// not ready yet does.
+func (s *Stub) RejectNext(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reject = n
 }
 
 // Start serves a stub kubelet in dir until the test ends (or Stop).
@@ -67,6 +76,11 @@ func (s *Stub) Register(_ context.Context, r *pluginapi.RegisterRequest) (*plugi
 		return nil, fmt.Errorf("endpoint %q: %w", r.Endpoint, err)
 	}
 	s.mu.Lock()
+	if s.reject > 0 {
+		s.reject--
+		s.mu.Unlock()
+		return nil, fmt.Errorf("kubelet stub: not ready")
+	}
 	s.regs = append(s.regs, r)
 	close(s.wake)
 	s.wake = make(chan struct{})

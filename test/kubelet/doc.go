@@ -1,0 +1,4 @@
+// Package kubelet holds the suite that runs the product's device plugins, as built binaries, against the
+// kubelet's own device manager (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager): registration,
+// capacity, allocation, over-requests, devices leaving, and kubelet restarts.
+package kubelet
