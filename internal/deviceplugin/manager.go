@@ -199,6 +199,13 @@ func (m *Manager) scan(ctx context.Context) {
 		m.opts.Log.Error(err, "Scanning devices")
 		return
 	}
+	// Publish first (CDI specs, permittedHostDevices): a device must be
+	// resolvable before the kubelet can hand it out.
+	if m.opts.OnScan != nil {
+		if err := m.opts.OnScan(res); err != nil {
+			m.opts.Log.Error(err, "Publishing scan result")
+		}
+	}
 	seen := map[string]bool{}
 	for _, r := range res {
 		seen[r.Name] = true
@@ -229,11 +236,6 @@ func (m *Manager) scan(ctx context.Context) {
 	m.mu.Unlock()
 	for _, s := range gone {
 		s.update(Resource{Name: s.name})
-	}
-	if m.opts.OnScan != nil {
-		if err := m.opts.OnScan(res); err != nil {
-			m.opts.Log.Error(err, "Publishing scan result")
-		}
 	}
 }
 

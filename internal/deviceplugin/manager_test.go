@@ -292,3 +292,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, what, cond)
 }
+
+// The scan result is published (CDI specs) before the kubelet hears of a
+// resource, so a device is resolvable before it can be allocated.
+func TestPublishesBeforeRegistering(t *testing.T) {
+	dir := kubelettest.ShortDir(t)
+	stub := kubelettest.Start(t, dir)
+	published := make(chan int, 16)
+	host := &fakeHost{devices: []Device{dev("12", 0)}, dir: t.TempDir()}
+	m, err := NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: host, Rescan: time.Hour, Log: logr.Discard(),
+		OnScan: func([]Resource) error { published <- len(stub.Registrations()); return nil }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	_, err = stub.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 0, <-published, "published while nothing was registered yet")
+}
