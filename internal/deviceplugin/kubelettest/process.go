@@ -2,6 +2,7 @@ package kubelettest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -54,7 +55,13 @@ func BenchmarkRSS(b *testing.B, resource string, args ...string) {
 		dir := ShortDir(b)
 		stub := Start(b, dir)
 		cmd := exec.Command(bin, append([]string{"--device-plugin-dir", dir}, args...)...)
-		cmd.Stderr = os.Stderr
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		b.Cleanup(func() {
+			if b.Failed() {
+				b.Logf("plugin log:\n%s", logs.String())
+			}
+		})
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
