@@ -1,0 +1,225 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Workload configs a GPU node can run (node label nvidia.com/gpu.workload.config).
+const (
+	WorkloadContainer     = "container"
+	WorkloadVMPassthrough = "vm-passthrough"
+	WorkloadVMVGPU        = "vm-vgpu"
+)
+
+// Sandbox modes.
+const (
+	ModeKubeVirt = "kubevirt"
+	ModeKata     = "kata"
+)
+
+// SandboxWorkloads turns sandboxed GPU workloads on and picks how.
+type SandboxWorkloads struct {
+	// Enabled turns on sandbox workloads; when off every GPU node runs containers.
+	// +optional
+	Enabled bool `json:"enabled"`
+	// Mode is the sandbox runtime: kubevirt or kata.
+	// +kubebuilder:validation:Enum=kubevirt;kata
+	// +kubebuilder:default=kubevirt
+	// +optional
+	Mode string `json:"mode,omitempty"`
+	// DefaultWorkload is the config of GPU nodes without a valid
+	// nvidia.com/gpu.workload.config label.
+	// +kubebuilder:validation:Enum=container;vm-passthrough;vm-vgpu
+	// +kubebuilder:default=container
+	// +optional
+	DefaultWorkload string `json:"defaultWorkload,omitempty"`
+}
+
+// OperandSpec configures one operand DaemonSet.
+type OperandSpec struct {
+	// Enabled deploys the operand where the node's workload config needs it.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Image overrides the operand's image.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Args are extra container arguments.
+	// +optional
+	Args []string `json:"args,omitempty"`
+	// Env are extra container environment variables.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// Resources of the operand container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// IsEnabled reports Enabled, true when unset.
+func (o OperandSpec) IsEnabled() bool { return o.Enabled == nil || *o.Enabled }
+
+// VFIOManagerSpec configures the VFIO manager.
+type VFIOManagerSpec struct {
+	OperandSpec `json:",inline"`
+	// NVSwitches binds NVSwitches to vfio too.
+	// +optional
+	NVSwitches bool `json:"nvswitches,omitempty"`
+	// Vendor is the PCI vendor id whose functions are managed (hex).
+	// +kubebuilder:validation:Pattern=`^(0x)?[0-9a-fA-F]{1,4}$`
+	// +kubebuilder:default="10de"
+	// +optional
+	Vendor string `json:"vendor,omitempty"`
+}
+
+// VGPUManagerSpec configures the vGPU host driver manager. Its image lives
+// in a private registry, so it is only deployed when an image is given.
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.image) && size(self.image) > 0)",message="vgpuManager.image is required when vgpuManager is enabled"
+type VGPUManagerSpec struct {
+	// Enabled deploys the vGPU host driver manager on vm-vgpu nodes.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Image of NVIDIA's vGPU host driver container (private registry).
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +optional
+	Args []string `json:"args,omitempty"`
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// VGPUDeviceManagerSpec configures the vGPU device manager.
+type VGPUDeviceManagerSpec struct {
+	OperandSpec `json:",inline"`
+	// Config selects the vGPU configuration.
+	// +optional
+	Config VGPUConfig `json:"config,omitempty"`
+}
+
+// VGPUConfig names the vGPU configuration file and its default entry.
+type VGPUConfig struct {
+	// Name of the ConfigMap (in the operand namespace) holding config.yaml.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Default is the vgpu-configs entry used when a node has no
+	// nvidia.com/vgpu.config label.
+	// +kubebuilder:default=default
+	// +optional
+	Default string `json:"default,omitempty"`
+}
+
+// KubeVirtSpec configures the KubeVirt integration.
+type KubeVirtSpec struct {
+	// ManagePermittedHostDevices keeps the KubeVirt CR's
+	// permittedHostDevices in step with what the device plugins advertise
+	// (entries it did not add are never removed).
+	// +kubebuilder:default=true
+	// +optional
+	ManagePermittedHostDevices *bool `json:"managePermittedHostDevices,omitempty"`
+}
+
+// KataSpec configures the Kata integration.
+type KataSpec struct {
+	// RuntimeClassName is the RuntimeClass Kata GPU pods use.
+	// +kubebuilder:default=kata-qemu-nvidia-gpu
+	// +optional
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+}
+
+// DrainSpec says how GPU users are moved off a node whose workload config
+// changes.
+type DrainSpec struct {
+	// Evict pods that hold GPU resources of the old config; when false the
+	// node waits until they finish.
+	// +optional
+	Evict bool `json:"evict,omitempty"`
+	// Timeout after which a node that still has GPU users is marked failed.
+	// +kubebuilder:default="10m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// SandboxGPUPolicySpec is the desired sandbox GPU setup of the cluster.
+type SandboxGPUPolicySpec struct {
+	// +optional
+	SandboxWorkloads SandboxWorkloads `json:"sandboxWorkloads,omitempty"`
+	// +optional
+	VFIOManager VFIOManagerSpec `json:"vfioManager,omitempty"`
+	// SandboxDevicePlugin is the KubeVirt device plugin.
+	// +optional
+	SandboxDevicePlugin OperandSpec `json:"sandboxDevicePlugin,omitempty"`
+	// KataSandboxDevicePlugin is the Kata device plugin.
+	// +optional
+	KataSandboxDevicePlugin OperandSpec `json:"kataSandboxDevicePlugin,omitempty"`
+	// +optional
+	VGPUManager VGPUManagerSpec `json:"vgpuManager,omitempty"`
+	// +optional
+	VGPUDeviceManager VGPUDeviceManagerSpec `json:"vgpuDeviceManager,omitempty"`
+	// NRIPlugin injects allocated GPUs into ordinary containers.
+	// +optional
+	NRIPlugin OperandSpec `json:"nriPlugin,omitempty"`
+	// Validator checks a node's sandbox GPU setup.
+	// +optional
+	Validator OperandSpec `json:"validator,omitempty"`
+	// +optional
+	KubeVirt KubeVirtSpec `json:"kubevirt,omitempty"`
+	// +optional
+	Kata KataSpec `json:"kata,omitempty"`
+	// +optional
+	Drain DrainSpec `json:"drain,omitempty"`
+}
+
+// NodeCounts counts GPU nodes per workload config.
+type NodeCounts struct {
+	Container     int32 `json:"container"`
+	VMPassthrough int32 `json:"vmPassthrough"`
+	VMVGPU        int32 `json:"vmVGPU"`
+	Ready         int32 `json:"ready"`
+	Failed        int32 `json:"failed"`
+}
+
+// SandboxGPUPolicyStatus is what the operator observed.
+type SandboxGPUPolicyStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	Nodes NodeCounts `json:"nodes,omitempty"`
+}
+
+// SandboxGPUPolicy is the cluster's sandbox GPU policy. There is one, named
+// "default".
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=sgpol
+// +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="the policy must be named default"
+// +kubebuilder:printcolumn:name="Sandbox",type=boolean,JSONPath=`.spec.sandboxWorkloads.enabled`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.sandboxWorkloads.mode`
+// +kubebuilder:printcolumn:name="Default",type=string,JSONPath=`.spec.sandboxWorkloads.defaultWorkload`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SandboxGPUPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxGPUPolicySpec   `json:"spec,omitempty"`
+	Status SandboxGPUPolicyStatus `json:"status,omitempty"`
+}
+
+// SandboxGPUPolicyList is a list of policies.
+// +kubebuilder:object:root=true
+type SandboxGPUPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxGPUPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SandboxGPUPolicy{}, &SandboxGPUPolicyList{})
+}
