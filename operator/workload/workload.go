@@ -1,0 +1,181 @@
+// Package workload decides, per GPU node, which workload config applies and
+// which operands must run there. It is pure: the controllers feed it
+// objects and write what it returns.
+package workload
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+)
+
+// Labels and label domains.
+const (
+	// ConfigLabel is the node label users set (same as NVIDIA's GPU Operator).
+	ConfigLabel = "nvidia.com/gpu.workload.config"
+	// Domain is the operator's own label domain.
+	Domain = "sandbox-gpu.io"
+	// GPUPresentLabel is set by the node agent on GPU nodes.
+	GPUPresentLabel = Domain + "/gpu.present"
+	// DeployPrefix starts every deploy label: <prefix><operand>=true.
+	DeployPrefix = Domain + "/deploy."
+)
+
+// nfdGPULabels are the Node Feature Discovery labels of NVIDIA PCI devices.
+var nfdGPULabels = []string{
+	"feature.node.kubernetes.io/pci-10de.present",
+	"feature.node.kubernetes.io/pci-0302_10de.present",
+	"feature.node.kubernetes.io/pci-0300_10de.present",
+}
+
+// Operands.
+const (
+	NRIPlugin            = "nri-plugin"
+	VFIOManager          = "vfio-manager"
+	KubeVirtDevicePlugin = "kubevirt-device-plugin"
+	KataDevicePlugin     = "kata-device-plugin"
+	Validator            = "validator"
+	VGPUManager          = "vgpu-manager"
+	VGPUDeviceManager    = "vgpu-device-manager"
+)
+
+// AllOperands lists every operand the operator manages.
+var AllOperands = []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager}
+
+// DeployLabel is the node label that selects an operand's DaemonSet.
+func DeployLabel(operand string) string { return DeployPrefix + operand }
+
+// IsGPUNode reports whether NFD or the node agent says the node has an
+// NVIDIA GPU. Other nodes are never touched.
+func IsGPUNode(n *corev1.Node) bool {
+	if n.Labels[GPUPresentLabel] == "true" {
+		return true
+	}
+	for _, l := range nfdGPULabels {
+		if n.Labels[l] == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// Config returns the workload config for a node and, when its label is
+// set but invalid, a message naming the node and the value. Without
+// sandbox workloads every node runs containers.
+func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid string) {
+	sw := p.Spec.SandboxWorkloads
+	if !sw.Enabled {
+		return v1alpha1.WorkloadContainer, ""
+	}
+	def := sw.DefaultWorkload
+	if def == "" {
+		def = v1alpha1.WorkloadContainer
+	}
+	v, ok := n.Labels[ConfigLabel]
+	if !ok {
+		return def, ""
+	}
+	switch v {
+	case v1alpha1.WorkloadContainer, v1alpha1.WorkloadVMPassthrough, v1alpha1.WorkloadVMVGPU:
+		return v, ""
+	}
+	return def, fmt.Sprintf("node %s: invalid %s=%q (want container, vm-passthrough or vm-vgpu); using the policy default %q", n.Name, ConfigLabel, v, def)
+}
+
+// Operands returns the operands a node with this config runs under the
+// policy, sorted.
+func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
+	s := p.Spec
+	mode := s.SandboxWorkloads.Mode
+	if mode == "" {
+		mode = v1alpha1.ModeKubeVirt
+	}
+	var out []string
+	add := func(name string, enabled bool) {
+		if enabled {
+			out = append(out, name)
+		}
+	}
+	switch config {
+	case v1alpha1.WorkloadContainer:
+		add(NRIPlugin, s.NRIPlugin.IsEnabled())
+	case v1alpha1.WorkloadVMPassthrough:
+		add(VFIOManager, s.VFIOManager.IsEnabled())
+		add(KubeVirtDevicePlugin, mode == v1alpha1.ModeKubeVirt && s.SandboxDevicePlugin.IsEnabled())
+		add(KataDevicePlugin, mode == v1alpha1.ModeKata && s.KataSandboxDevicePlugin.IsEnabled())
+		add(Validator, s.Validator.IsEnabled())
+	case v1alpha1.WorkloadVMVGPU:
+		vm := s.VGPUManager
+		add(VGPUManager, vm.Enabled != nil && *vm.Enabled && vm.Image != "")
+		add(VGPUDeviceManager, s.VGPUDeviceManager.IsEnabled())
+		add(KubeVirtDevicePlugin, s.SandboxDevicePlugin.IsEnabled())
+		add(Validator, s.Validator.IsEnabled())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DeployLabels returns the node's labels with the deploy labels for these
+// operands set and every other deploy label removed. The input is not
+// modified; changed reports whether anything differs.
+func DeployLabels(current map[string]string, operands []string) (map[string]string, bool) {
+	want := map[string]bool{}
+	for _, o := range operands {
+		want[DeployLabel(o)] = true
+	}
+	out := make(map[string]string, len(current)+len(operands))
+	changed := false
+	for k, v := range current {
+		if strings.HasPrefix(k, DeployPrefix) && !want[k] {
+			changed = true
+			continue
+		}
+		out[k] = v
+	}
+	for k := range want {
+		if out[k] != "true" {
+			out[k] = "true"
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+// GPUResource reports whether a resource name is a GPU resource of the
+// given config: what must be released before the node may switch.
+func GPUResource(config, resource string) bool {
+	if !strings.HasPrefix(resource, "nvidia.com/") {
+		return false
+	}
+	switch config {
+	case v1alpha1.WorkloadContainer:
+		return resource == "nvidia.com/gpu" || strings.HasPrefix(resource, "nvidia.com/mig-")
+	default:
+		return resource != "nvidia.com/gpu" && !strings.HasPrefix(resource, "nvidia.com/mig-")
+	}
+}
+
+// HoldsGPU reports whether a pod that has not finished requests a GPU
+// resource of config.
+func HoldsGPU(pod *corev1.Pod, config string) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for name := range c.Resources.Limits {
+			if GPUResource(config, string(name)) {
+				return true
+			}
+		}
+		for name := range c.Resources.Requests {
+			if GPUResource(config, string(name)) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,103 @@
+package workload
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+)
+
+func node(labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Labels: labels}}
+}
+
+func policy(enabled bool, mode, def string) *v1alpha1.SandboxGPUPolicy {
+	p := &v1alpha1.SandboxGPUPolicy{}
+	p.Spec.SandboxWorkloads = v1alpha1.SandboxWorkloads{Enabled: enabled, Mode: mode, DefaultWorkload: def}
+	return p
+}
+
+func TestIsGPUNode(t *testing.T) {
+	assert.True(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"})))
+	assert.True(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"})))
+	assert.True(t, IsGPUNode(node(map[string]string{GPUPresentLabel: "true"})))
+	assert.False(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-8086.present": "true"})))
+	assert.False(t, IsGPUNode(node(nil)))
+}
+
+func TestConfig(t *testing.T) {
+	on := policy(true, "kubevirt", "vm-passthrough")
+	cases := []struct {
+		label, want string
+		invalid     bool
+	}{
+		{"container", "container", false},
+		{"vm-passthrough", "vm-passthrough", false},
+		{"vm-vgpu", "vm-vgpu", false},
+		{"", "vm-passthrough", true},
+		{"VM-PASSTHROUGH", "vm-passthrough", true},
+		{"gpu", "vm-passthrough", true},
+	}
+	for _, c := range cases {
+		got, invalid := Config(node(map[string]string{ConfigLabel: c.label}), on)
+		assert.Equal(t, c.want, got, c.label)
+		if c.invalid {
+			assert.Contains(t, invalid, "gpu-1")
+			assert.Contains(t, invalid, `"`+c.label+`"`)
+		} else {
+			assert.Empty(t, invalid)
+		}
+	}
+	got, invalid := Config(node(nil), on)
+	assert.Equal(t, "vm-passthrough", got, "no label: the default")
+	assert.Empty(t, invalid, "a missing label is not an error")
+	got, _ = Config(node(map[string]string{ConfigLabel: "vm-passthrough"}), policy(false, "", ""))
+	assert.Equal(t, "container", got, "sandbox workloads off: containers")
+	got, _ = Config(node(nil), policy(true, "", ""))
+	assert.Equal(t, "container", got, "the default default is container")
+}
+
+func TestOperands(t *testing.T) {
+	kv := policy(true, "kubevirt", "")
+	kata := policy(true, "kata", "")
+	assert.Equal(t, []string{NRIPlugin}, Operands("container", kv))
+	assert.Equal(t, []string{KubeVirtDevicePlugin, Validator, VFIOManager}, Operands("vm-passthrough", kv))
+	assert.Equal(t, []string{KataDevicePlugin, Validator, VFIOManager}, Operands("vm-passthrough", kata))
+	assert.Equal(t, []string{KubeVirtDevicePlugin, Validator, VGPUDeviceManager}, Operands("vm-vgpu", kv),
+		"no vGPU host driver manager without its (private) image")
+	on := true
+	kv.Spec.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "registry.example/vgpu-manager:550"}
+	assert.Contains(t, Operands("vm-vgpu", kv), VGPUManager)
+	off := false
+	kv.Spec.Validator.Enabled = &off
+	assert.NotContains(t, Operands("vm-passthrough", kv), Validator)
+}
+
+func TestDeployLabels(t *testing.T) {
+	cur := map[string]string{"kubernetes.io/hostname": "gpu-1", DeployLabel(NRIPlugin): "true"}
+	out, changed := DeployLabels(cur, []string{VFIOManager, KubeVirtDevicePlugin})
+	assert.True(t, changed)
+	assert.Equal(t, map[string]string{"kubernetes.io/hostname": "gpu-1", DeployLabel(VFIOManager): "true", DeployLabel(KubeVirtDevicePlugin): "true"}, out)
+	assert.Equal(t, "true", cur[DeployLabel(NRIPlugin)], "input untouched")
+	_, changed = DeployLabels(out, []string{KubeVirtDevicePlugin, VFIOManager})
+	assert.False(t, changed, "same labels: no write")
+}
+
+func TestHoldsGPU(t *testing.T) {
+	pod := func(res string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}}}}}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	assert.True(t, HoldsGPU(pod("nvidia.com/gpu", corev1.PodRunning), "container"))
+	assert.True(t, HoldsGPU(pod("nvidia.com/mig-1g.10gb", corev1.PodPending), "container"))
+	assert.False(t, HoldsGPU(pod("nvidia.com/GA102GL_A10", corev1.PodRunning), "container"))
+	assert.True(t, HoldsGPU(pod("nvidia.com/GA102GL_A10", corev1.PodRunning), "vm-passthrough"))
+	assert.True(t, HoldsGPU(pod("nvidia.com/pgpu", corev1.PodRunning), "vm-passthrough"))
+	assert.False(t, HoldsGPU(pod("nvidia.com/gpu", corev1.PodRunning), "vm-passthrough"))
+	assert.False(t, HoldsGPU(pod("nvidia.com/gpu", corev1.PodSucceeded), "container"), "finished pods hold nothing")
+	assert.False(t, HoldsGPU(pod("cpu", corev1.PodRunning), "container"))
+}
