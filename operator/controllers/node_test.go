@@ -1,0 +1,257 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+const wait = 20 * time.Second
+
+func setPolicy(t *testing.T, c client.Client, sw v1alpha1.SandboxWorkloads, mutate ...func(*v1alpha1.SandboxGPUPolicySpec)) {
+	t.Helper()
+	ctx := context.Background()
+	p := &v1alpha1.SandboxGPUPolicy{}
+	err := c.Get(ctx, types.NamespacedName{Name: PolicyName}, p)
+	p.Name = PolicyName
+	p.Spec.SandboxWorkloads = sw
+	for _, m := range mutate {
+		m(&p.Spec)
+	}
+	if apierrors.IsNotFound(err) {
+		require.NoError(t, c.Create(ctx, p))
+		return
+	}
+	require.NoError(t, err)
+	require.NoError(t, c.Update(ctx, p))
+}
+
+func newNode(t *testing.T, c client.Client, name string, labels map[string]string) {
+	t.Helper()
+	l := map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+	require.NoError(t, c.Create(context.Background(), n))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+}
+
+func getNode(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	require.NoError(t, c.Get(context.Background(), types.NamespacedName{Name: name}, n))
+	return n
+}
+
+func setNodeLabel(t *testing.T, c client.Client, name, key, value string) {
+	t.Helper()
+	n := getNode(t, c, name)
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Labels[key] = value
+	require.NoError(t, c.Patch(context.Background(), n, patch))
+}
+
+func nodeState(c client.Client, name string) *v1alpha1.SandboxGPUNode {
+	st := &v1alpha1.SandboxGPUNode{}
+	if err := c.Get(context.Background(), types.NamespacedName{Name: name}, st); err != nil {
+		return nil
+	}
+	return st
+}
+
+func waitState(t *testing.T, c client.Client, name, what string, cond func(*v1alpha1.SandboxGPUNode) bool) *v1alpha1.SandboxGPUNode {
+	t.Helper()
+	var st *v1alpha1.SandboxGPUNode
+	testutil.Eventually(t, wait, "node "+name+": "+what, func() bool {
+		st = nodeState(c, name)
+		return st != nil && cond(st)
+	})
+	return st
+}
+
+func deployLabels(n *corev1.Node) []string {
+	var out []string
+	for k := range n.Labels {
+		if o, ok := strings.CutPrefix(k, workload.DeployPrefix); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// readyOperands plays the DaemonSets: a Ready pod per operand on the node.
+func readyOperands(t *testing.T, c client.Client, node string, operands ...string) {
+	t.Helper()
+	ctx := context.Background()
+	ensureNamespace(t, c, operandNS)
+	for _, o := range operands {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o + "-" + node, Namespace: operandNS, Labels: map[string]string{OperandLabel: o}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "operand"}}}}
+		require.NoError(t, c.Create(ctx, p))
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		require.NoError(t, c.Status().Update(ctx, p))
+		t.Cleanup(func() { _ = c.Delete(context.Background(), p) })
+	}
+}
+
+func gpuPod(t *testing.T, c client.Client, node, res string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-" + node, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "cuda",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}}}}}}
+	require.NoError(t, c.Create(context.Background(), p))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	return p
+}
+
+func sandboxOn(def string) v1alpha1.SandboxWorkloads {
+	return v1alpha1.SandboxWorkloads{Enabled: true, Mode: v1alpha1.ModeKubeVirt, DefaultWorkload: def}
+}
+
+func TestEachWorkloadConfig(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	cases := map[string]struct {
+		label    string
+		config   string
+		operands []string
+	}{
+		"n-default":     {"", "container", []string{workload.NRIPlugin}},
+		"n-container":   {"container", "container", []string{workload.NRIPlugin}},
+		"n-passthrough": {"vm-passthrough", "vm-passthrough", []string{workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager}},
+		"n-vgpu":        {"vm-vgpu", "vm-vgpu", []string{workload.KubeVirtDevicePlugin, workload.Validator, workload.VGPUDeviceManager}},
+	}
+	for name, tc := range cases {
+		labels := map[string]string{}
+		if tc.label != "" {
+			labels[workload.ConfigLabel] = tc.label
+		}
+		newNode(t, c, name, labels)
+		st := waitState(t, c, name, "configuring", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateConfiguring })
+		assert.Equal(t, tc.config, st.Status.WorkloadConfig, name)
+		assert.Contains(t, st.Status.Message, "waiting for operands", name)
+		assert.ElementsMatch(t, tc.operands, deployLabels(getNode(t, c, name)), name)
+		readyOperands(t, c, name, tc.operands...)
+		waitState(t, c, name, "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
+	}
+
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-cpu", Labels: map[string]string{"kubernetes.io/os": "linux"}}}
+	require.NoError(t, c.Create(context.Background(), other))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), other) })
+	// The GPU nodes above were reconciled after it existed only if the
+	// operator looked at it too; a later GPU node proves the queue moved on.
+	newNode(t, c, "n-after-cpu", nil)
+	waitState(t, c, "n-after-cpu", "seen", func(*v1alpha1.SandboxGPUNode) bool { return true })
+	assert.Nil(t, nodeState(c, "n-cpu"), "nodes without GPUs get no state")
+	assert.Empty(t, deployLabels(getNode(t, c, "n-cpu")), "nodes without GPUs are never touched")
+}
+
+func TestInvalidLabelFallsBackAndIsReported(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("vm-passthrough"))
+	startOperator(t, newClock())
+	newNode(t, c, "n-bogus", map[string]string{workload.ConfigLabel: "vm-passthru"})
+	st := waitState(t, c, "n-bogus", "configured", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig != "" })
+	assert.Equal(t, "vm-passthrough", st.Status.WorkloadConfig, "the policy default")
+	assert.Contains(t, st.Status.Message, `invalid nvidia.com/gpu.workload.config="vm-passthru"`)
+	assert.Contains(t, st.Status.Message, "n-bogus")
+	testutil.Eventually(t, wait, "a Warning event on the node", func() bool {
+		var evs corev1.EventList
+		if err := c.List(context.Background(), &evs, client.InNamespace("default")); err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "n-bogus" && e.Reason == "InvalidWorkloadConfig" && e.Type == corev1.EventTypeWarning {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestPolicyDefaultChangeMovesUnlabelledNodes(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	newNode(t, c, "n-follow", nil)
+	newNode(t, c, "n-pinned", map[string]string{workload.ConfigLabel: "container"})
+	waitState(t, c, "n-follow", "container", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
+	waitState(t, c, "n-pinned", "container", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
+
+	setPolicy(t, c, sandboxOn("vm-passthrough"))
+	waitState(t, c, "n-follow", "vm-passthrough", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "vm-passthrough" })
+	assert.Contains(t, deployLabels(getNode(t, c, "n-follow")), workload.VFIOManager)
+	assert.NotContains(t, deployLabels(getNode(t, c, "n-follow")), workload.NRIPlugin, "the old operand is paused")
+	assert.Equal(t, "container", nodeState(c, "n-pinned").Status.AppliedConfig, "a labelled node keeps its config")
+}
+
+// A node switching config waits while a pod holds a GPU of the old config,
+// survives an operator restart in the middle, and proceeds when the pod goes.
+func TestTransitionDrainsAndResumesAfterRestart(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	clk := newClock()
+	stop := startOperator(t, clk)
+	newNode(t, c, "n-busy", map[string]string{workload.ConfigLabel: "container"})
+	readyOperands(t, c, "n-busy", workload.NRIPlugin)
+	waitState(t, c, "n-busy", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
+	pod := gpuPod(t, c, "n-busy", "nvidia.com/gpu")
+
+	setNodeLabel(t, c, "n-busy", workload.ConfigLabel, "vm-passthrough")
+	st := waitState(t, c, "n-busy", "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
+	assert.Contains(t, st.Status.Message, "default/train-n-busy")
+	assert.Equal(t, []string{workload.NRIPlugin}, deployLabels(getNode(t, c, "n-busy")), "nothing switches while a GPU is in use")
+
+	stop() // the operator restarts mid-transition
+	startOperator(t, clk)
+	st = waitState(t, c, "n-busy", "still draining", func(s *v1alpha1.SandboxGPUNode) bool {
+		return s.Status.State == v1alpha1.StateDraining && strings.Contains(s.Status.Message, "train-n-busy")
+	})
+	assert.Equal(t, "container", st.Status.AppliedConfig)
+
+	require.NoError(t, c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)))
+	waitState(t, c, "n-busy", "configuring vm-passthrough", func(s *v1alpha1.SandboxGPUNode) bool {
+		return s.Status.AppliedConfig == "vm-passthrough" && s.Status.State == v1alpha1.StateConfiguring
+	})
+	assert.ElementsMatch(t, []string{workload.VFIOManager, workload.KubeVirtDevicePlugin, workload.Validator}, deployLabels(getNode(t, c, "n-busy")))
+}
+
+func TestDrainTimeoutFailsTheNode(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
+		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
+	})
+	clk := newClock()
+	startOperator(t, clk)
+	newNode(t, c, "n-stuck", map[string]string{workload.ConfigLabel: "container"})
+	waitState(t, c, "n-stuck", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
+	gpuPod(t, c, "n-stuck", "nvidia.com/gpu")
+	setNodeLabel(t, c, "n-stuck", workload.ConfigLabel, "vm-vgpu")
+	waitState(t, c, "n-stuck", "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
+	clk.advance(2 * time.Minute)
+	st := waitState(t, c, "n-stuck", "failed", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateFailed })
+	assert.Contains(t, st.Status.Message, "timed out")
+	assert.Contains(t, st.Status.Message, "train-n-stuck")
+	assert.Equal(t, []string{workload.NRIPlugin}, deployLabels(getNode(t, c, "n-stuck")))
+}
