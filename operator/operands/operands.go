@@ -1,0 +1,196 @@
+// Package operands builds the operand DaemonSets from an embedded base
+// manifest, one builder per operand. Each DaemonSet runs only on nodes
+// carrying its deploy label.
+package operands
+
+import (
+	_ "embed"
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+//go:embed manifests/node-agent.yaml
+var baseManifest []byte
+
+// OperandLabel names the operand of a DaemonSet and its pods.
+const OperandLabel = "app.kubernetes.io/name"
+
+// Options are the cluster-level inputs of the builders.
+type Options struct {
+	Namespace string
+	// Registry and Version give default images: <registry>/<binary>:<version>.
+	Registry string
+	Version  string
+}
+
+type builder struct {
+	binary     string
+	privileged bool // sysfs writes need it
+	spec       func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec
+	customize  func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec)
+}
+
+var builders = map[string]builder{
+	workload.VFIOManager: {binary: "vfio-manager", privileged: true,
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
+			c := &ds.Spec.Template.Spec.Containers[0]
+			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--lock-file=/run/sandbox-gpu/vfio.lock"}
+			if p.VFIOManager.NVSwitches {
+				c.Args = append(c.Args, "--nvswitches")
+			}
+			if v := p.VFIOManager.Vendor; v != "" {
+				c.Args = append(c.Args, "--vendor="+v)
+			}
+			ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
+			ds.Spec.Template.Spec.HostNetwork = true
+			mount(ds, "sys", "/sys", false)
+			mount(ds, "dev", "/dev", false)
+			mount(ds, "run", "/run/sandbox-gpu", false)
+			mount(ds, "modules", "/lib/modules", true)
+			probe(c, "/readyz", 8081)
+		}},
+	workload.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			devicePlugin(ds)
+		}},
+	workload.KataDevicePlugin: {binary: "kata-device-plugin",
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			devicePlugin(ds)
+			mount(ds, "cdi", "/var/run/cdi", false)
+		}},
+	workload.NRIPlugin: {binary: "nri-gpu-plugin",
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin },
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			mount(ds, "nri", "/var/run/nri", false)
+			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
+			mount(ds, "cdi", "/var/run/cdi", true)
+			mount(ds, "etc-cdi", "/etc/cdi", true)
+		}},
+	workload.Validator: {binary: "sandbox-gpu-validator",
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			mount(ds, "sys", "/sys", true)
+			mount(ds, "run", "/run/sandbox-gpu", true)
+		}},
+	workload.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
+			c := &ds.Spec.Template.Spec.Containers[0]
+			c.Args = []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)"}
+			mount(ds, "sys", "/sys", false)
+			mount(ds, "dev", "/dev", false)
+			if name := p.VGPUDeviceManager.Config.Name; name != "" {
+				ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "vgpu-config",
+					VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
+				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: "/etc/vgpu-config", ReadOnly: true})
+			}
+		}},
+	workload.VGPUManager: {binary: "vgpu-manager", privileged: true,
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec {
+			m := p.VGPUManager
+			return v1alpha1.OperandSpec{Enabled: m.Enabled, Image: m.Image, Args: m.Args, Env: m.Env, Resources: m.Resources}
+		},
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			ds.Spec.Template.Spec.HostPID = true
+			mount(ds, "run-nvidia", "/run/nvidia", false)
+			mount(ds, "sys", "/sys", false)
+			mount(ds, "dev", "/dev", false)
+		}},
+}
+
+// Names lists the operands that have builders.
+func Names() []string {
+	out := make([]string, 0, len(builders))
+	for n := range builders {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Enabled reports whether the policy turns the operand on cluster-wide
+// (nodes then select it by their deploy labels).
+func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
+	b, ok := builders[operand]
+	if !ok || !p.SandboxWorkloads.Enabled && operand != workload.NRIPlugin {
+		return false
+	}
+	if operand == workload.VGPUManager {
+		m := p.VGPUManager
+		return m.Enabled != nil && *m.Enabled && m.Image != ""
+	}
+	return b.spec(p).IsEnabled()
+}
+
+// DaemonSetName is the name of an operand's DaemonSet.
+func DaemonSetName(operand string) string { return "sandbox-gpu-" + operand }
+
+// Build returns the operand's DaemonSet under the policy.
+func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1.DaemonSet, error) {
+	b, ok := builders[operand]
+	if !ok {
+		return nil, fmt.Errorf("unknown operand %q", operand)
+	}
+	ds := &appsv1.DaemonSet{}
+	if err := yaml.UnmarshalStrict(baseManifest, ds); err != nil {
+		return nil, fmt.Errorf("embedded manifest: %w", err)
+	}
+	labels := map[string]string{OperandLabel: operand, "app.kubernetes.io/part-of": "sandbox-gpu"}
+	ds.ObjectMeta = metav1.ObjectMeta{Name: DaemonSetName(operand), Namespace: o.Namespace, Labels: labels}
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{OperandLabel: operand}}
+	ds.Spec.Template.Labels = labels
+	ds.Spec.Template.Spec.NodeSelector = map[string]string{workload.DeployLabel(operand): "true"}
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.Name = operand
+	c.Image = fmt.Sprintf("%s/%s:%s", o.Registry, b.binary, o.Version)
+	if b.privileged {
+		priv := true
+		c.SecurityContext.Privileged = &priv
+		c.SecurityContext.AllowPrivilegeEscalation = &priv
+		c.SecurityContext.Capabilities = nil
+	}
+	b.customize(ds, p)
+	s := b.spec(p)
+	if s.Image != "" {
+		c.Image = s.Image
+	}
+	c.Args = append(c.Args, s.Args...)
+	c.Env = append(c.Env, s.Env...)
+	if s.Resources != nil {
+		c.Resources = *s.Resources
+	}
+	return ds, nil
+}
+
+func devicePlugin(ds *appsv1.DaemonSet) {
+	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
+	mount(ds, "sys", "/sys", true)
+	mount(ds, "dev-vfio", "/dev/vfio", true)
+	mount(ds, "run", "/run/sandbox-gpu", false)
+}
+
+func mount(ds *appsv1.DaemonSet, name, path string, readOnly bool) {
+	t := corev1.HostPathDirectoryOrCreate
+	if readOnly {
+		t = corev1.HostPathDirectory
+	}
+	ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: name,
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}})
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+}
+
+func probe(c *corev1.Container, path string, port int32) {
+	c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstrFrom(port)}}}
+}

@@ -1,0 +1,75 @@
+package operands
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+var opts = Options{Namespace: "sandbox-gpu", Registry: "ghcr.io/sandbox-gpu", Version: "v0.1.0"}
+
+func TestEveryOperandBuilds(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	privileged := map[string]bool{workload.VFIOManager: true, workload.VGPUDeviceManager: true, workload.VGPUManager: true}
+	assert.ElementsMatch(t, workload.AllOperands, Names(), "a builder for every operand")
+	for _, name := range Names() {
+		ds, err := Build(name, p, opts)
+		require.NoError(t, err, name)
+		assert.Equal(t, "sandbox-gpu-"+name, ds.Name)
+		assert.Equal(t, "sandbox-gpu", ds.Namespace)
+		assert.Equal(t, map[string]string{workload.DeployLabel(name): "true"}, ds.Spec.Template.Spec.NodeSelector, name)
+		assert.Equal(t, "system-node-critical", ds.Spec.Template.Spec.PriorityClassName, name)
+		assert.Equal(t, ds.Spec.Selector.MatchLabels[OperandLabel], ds.Spec.Template.Labels[OperandLabel])
+		c := ds.Spec.Template.Spec.Containers[0]
+		isPriv := c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+		assert.Equal(t, privileged[name], isPriv, "%s: privileged only where sysfs writes need it", name)
+		if !privileged[name] {
+			assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop, name)
+			assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem, name)
+			assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation, name)
+		}
+	}
+}
+
+func TestPolicyShapesTheOperand(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	p.VFIOManager.NVSwitches = true
+	p.VFIOManager.Vendor = "10de"
+	p.VFIOManager.Image = "registry.example/vfio-manager:dev"
+	p.VFIOManager.Args = []string{"-v"}
+	p.VFIOManager.Env = []corev1.EnvVar{{Name: "X", Value: "1"}}
+	ds, err := Build(workload.VFIOManager, p, opts)
+	require.NoError(t, err)
+	c := ds.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--lock-file=/run/sandbox-gpu/vfio.lock", "--nvswitches", "--vendor=10de", "-v"}, c.Args)
+	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
+	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+
+	ds, err = Build(workload.KubeVirtDevicePlugin, p, opts)
+	require.NoError(t, err)
+	assert.Equal(t, "ghcr.io/sandbox-gpu/kubevirt-device-plugin:v0.1.0", ds.Spec.Template.Spec.Containers[0].Image)
+}
+
+func TestEnabled(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	assert.True(t, Enabled(workload.NRIPlugin, p), "container nodes work without sandbox workloads")
+	assert.False(t, Enabled(workload.VFIOManager, p), "no sandbox operands while sandbox workloads are off")
+	p.SandboxWorkloads.Enabled = true
+	assert.True(t, Enabled(workload.VFIOManager, p))
+	assert.False(t, Enabled(workload.VGPUManager, p), "no image, no vGPU host driver manager")
+	on := true
+	p.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "private.example/vgpu:550"}
+	assert.True(t, Enabled(workload.VGPUManager, p))
+	off := false
+	p.NRIPlugin.Enabled = &off
+	assert.False(t, Enabled(workload.NRIPlugin, p))
+	_, err := Build("nope", p, opts)
+	assert.Error(t, err)
+}
