@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
@@ -179,15 +180,15 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 			return r.drain(ctx, p, st, holders, applied, desired)
 		}
 	}
-	operands := workload.Operands(desired, p)
-	if err := r.ensureLabels(ctx, node, operands); err != nil {
+	want := workload.Operands(desired, p)
+	if err := r.ensureLabels(ctx, node, want); err != nil {
 		return ctrl.Result{}, "", err
 	}
 	if st.Status.AppliedConfig != desired {
 		st.Status.AppliedConfig = desired
 		r.setState(st, v1alpha1.StateConfiguring)
 	}
-	notReady, err := r.operandsNotReady(ctx, node.Name, operands)
+	notReady, err := r.operandsNotReady(ctx, node.Name, want)
 	if err != nil {
 		return ctrl.Result{}, "", err
 	}
@@ -256,7 +257,7 @@ func (r *NodeReconciler) ensureLabels(ctx context.Context, node *corev1.Node, op
 
 // operandsNotReady lists operands whose pod on the node is missing or not
 // Ready.
-func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, operands []string) ([]string, error) {
+func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, want []string) ([]string, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(r.Namespace), client.MatchingFields{podNodeIndex: node}); err != nil {
 		return nil, fmt.Errorf("node %s: list operand pods: %w", node, err)
@@ -265,21 +266,18 @@ func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, oper
 	for _, p := range pods.Items {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready[p.Labels[OperandLabel]] = true
+				ready[p.Labels[operands.OperandLabel]] = true
 			}
 		}
 	}
 	var out []string
-	for _, o := range operands {
+	for _, o := range want {
 		if !ready[o] {
 			out = append(out, o)
 		}
 	}
 	return out, nil
 }
-
-// OperandLabel names the operand of a pod or DaemonSet.
-const OperandLabel = "app.kubernetes.io/name"
 
 // countDevices fills the GPU counts from the node's capacity.
 func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {

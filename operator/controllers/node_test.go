@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
@@ -95,12 +96,12 @@ func deployLabels(n *corev1.Node) []string {
 }
 
 // readyOperands plays the DaemonSets: a Ready pod per operand on the node.
-func readyOperands(t *testing.T, c client.Client, node string, operands ...string) {
+func readyOperands(t *testing.T, c client.Client, node string, names ...string) {
 	t.Helper()
 	ctx := context.Background()
 	ensureNamespace(t, c, operandNS)
-	for _, o := range operands {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o + "-" + node, Namespace: operandNS, Labels: map[string]string{OperandLabel: o}},
+	for _, o := range names {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o + "-" + node, Namespace: operandNS, Labels: map[string]string{operands.OperandLabel: o}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "operand"}}}}
 		require.NoError(t, c.Create(ctx, p))
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}

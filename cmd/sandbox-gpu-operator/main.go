@@ -1,0 +1,44 @@
+// Command sandbox-gpu-operator runs the sandbox GPU operator: per-node
+// workload configs, operand DaemonSets and safe transitions.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("sandbox-gpu-operator", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+	fs.StringVar(&o.namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
+	fs.StringVar(&o.registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
+	fs.StringVar(&o.version, "operand-version", "v0.1.0", "tag of the default operand images")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among operator replicas")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "metrics address (0: off)")
+	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "health probe address (0: off)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println("Usage of sandbox-gpu-operator:")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return
+		}
+		fmt.Fprintln(os.Stderr, "sandbox-gpu-operator:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-gpu-operator:", err)
+		os.Exit(1)
+	}
+}
