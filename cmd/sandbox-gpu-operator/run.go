@@ -77,4 +77,3 @@ func run(ctx context.Context, o options) error {
 func logStart(log logr.Logger, o options) {
 	log.Info("Starting sandbox-gpu-operator", "namespace", o.namespace, "leaderElect", o.leaderElect)
 }
-
