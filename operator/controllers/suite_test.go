@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 // One real kube-apiserver and etcd for the package (envtest), built by
@@ -105,6 +106,10 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("sandbox-gpu-operator"),
 		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond}
 	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	pr := &PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: operandNS, Registry: "example.com", Version: "test"}}
+	if err := pr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+func daemonSets(t *testing.T, c client.Client) map[string]appsv1.DaemonSet {
+	t.Helper()
+	var list appsv1.DaemonSetList
+	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(operandNS)))
+	out := map[string]appsv1.DaemonSet{}
+	for _, ds := range list.Items {
+		out[ds.Labels[operands.OperandLabel]] = ds
+	}
+	return out
+}
+
+func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ensureNamespace(t, c, operandNS)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	want := []string{workload.KubeVirtDevicePlugin, workload.KataDevicePlugin, workload.NRIPlugin, workload.Validator, workload.VFIOManager, workload.VGPUDeviceManager}
+	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
+	ds := daemonSets(t, c)
+	for _, o := range want {
+		require.Contains(t, ds, o)
+		assert.Equal(t, map[string]string{workload.DeployLabel(o): "true"}, ds[o].Spec.Template.Spec.NodeSelector)
+	}
+	assert.NotContains(t, ds, workload.VGPUManager, "no vGPU host driver manager without its image")
+
+	// Steady state: a reconcile that changes nothing writes nothing.
+	rv := map[string]string{}
+	for o, d := range ds {
+		rv[o] = d.ResourceVersion
+	}
+	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Kata.RuntimeClassName = "kata-other" })
+	var p v1alpha1.SandboxGPUPolicy
+	testutil.Eventually(t, wait, "policy reconciled", func() bool {
+		_ = c.Get(context.Background(), types.NamespacedName{Name: PolicyName}, &p)
+		return p.Status.ObservedGeneration == p.Generation
+	})
+	for o, d := range daemonSets(t, c) {
+		assert.Equal(t, rv[o], d.ResourceVersion, "%s rewritten without a change", o)
+	}
+
+	// A policy change reaches the DaemonSet; disabling removes it.
+	off := false
+	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
+		s.VFIOManager.Image = "registry.example/vfio-manager:dev"
+		s.Validator.Enabled = &off
+	})
+	testutil.Eventually(t, wait, "image override and validator removal", func() bool {
+		ds := daemonSets(t, c)
+		_, validator := ds[workload.Validator]
+		return !validator && ds[workload.VFIOManager].Spec.Template.Spec.Containers[0].Image == "registry.example/vfio-manager:dev"
+	})
+}
+
+func TestPolicyStatusCountsNodes(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	newNode(t, c, "s-a", map[string]string{workload.ConfigLabel: "vm-passthrough"})
+	newNode(t, c, "s-b", map[string]string{workload.ConfigLabel: "vm-passthrough"})
+	readyOperands(t, c, "s-a", workload.Operands("vm-passthrough", &v1alpha1.SandboxGPUPolicy{Spec: v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sandboxOn("container")}})...)
+	var p v1alpha1.SandboxGPUPolicy
+	testutil.Eventually(t, wait, "counts", func() bool {
+		_ = c.Get(context.Background(), types.NamespacedName{Name: PolicyName}, &p)
+		return p.Status.Nodes.VMPassthrough >= 2 && p.Status.Nodes.Ready >= 1
+	})
+	ready := meta.FindStatusCondition(p.Status.Conditions, "Ready")
+	require.NotNil(t, ready)
+	assert.Equal(t, "False", string(ready.Status), "s-b is still configuring")
+	assert.NotNil(t, meta.FindStatusCondition(p.Status.Conditions, "Degraded"))
+}
