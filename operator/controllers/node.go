@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,6 +48,9 @@ type NodeReconciler struct {
 	Now func() time.Time
 	// Requeue is how soon a waiting node is looked at again (default 5s).
 	Requeue time.Duration
+	// APIReader reads pods straight from the API server before a switch, so
+	// a GPU pod bound a moment ago is never missed through cache lag.
+	APIReader client.Reader
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -100,7 +104,13 @@ func podNode(_ context.Context, o client.Object) []reconcile.Request {
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	var node corev1.Node
 	if err := r.Get(ctx, req.NamespacedName, &node); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// The node is gone: so is its state (garbage collection does the
+			// same through the owner reference, later).
+			st := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: req.Name}}
+			return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, st))
+		}
+		return ctrl.Result{}, err
 	}
 	if !workload.IsGPUNode(&node) {
 		return ctrl.Result{}, nil
@@ -143,14 +153,21 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctr
 func (r *NodeReconciler) nodeState(ctx context.Context, node *corev1.Node) (*v1alpha1.SandboxGPUNode, error) {
 	st := &v1alpha1.SandboxGPUNode{}
 	err := r.Get(ctx, types.NamespacedName{Name: node.Name}, st)
-	if err == nil {
+	if err == nil && metav1.IsControlledBy(st, node) {
 		return st, nil
+	}
+	if err == nil {
+		// State left by an earlier node of the same name: start afresh.
+		if err := r.Delete(ctx, st); client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("node %s: remove stale state: %w", node.Name, err)
+		}
+		return nil, fmt.Errorf("node %s: stale state removed; will retry", node.Name)
 	}
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("node %s: get state: %w", node.Name, err)
 	}
 	st = &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
-	if err := controllerutil.SetOwnerReference(node, st, r.Scheme()); err != nil {
+	if err := controllerutil.SetControllerReference(node, st, r.Scheme()); err != nil {
 		return nil, err
 	}
 	if err := r.Create(ctx, st); err != nil {
@@ -229,7 +246,13 @@ func (r *NodeReconciler) drain(ctx context.Context, p *v1alpha1.SandboxGPUPolicy
 
 func (r *NodeReconciler) gpuHolders(ctx context.Context, node, config string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.MatchingFields{podNodeIndex: node}); err != nil {
+	var err error
+	if r.APIReader != nil {
+		err = r.APIReader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)})
+	} else {
+		err = r.List(ctx, &pods, client.MatchingFields{podNodeIndex: node})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("node %s: list pods: %w", node, err)
 	}
 	var out []corev1.Pod

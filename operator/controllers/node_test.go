@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
@@ -26,19 +27,23 @@ const wait = 20 * time.Second
 func setPolicy(t *testing.T, c client.Client, sw v1alpha1.SandboxWorkloads, mutate ...func(*v1alpha1.SandboxGPUPolicySpec)) {
 	t.Helper()
 	ctx := context.Background()
-	p := &v1alpha1.SandboxGPUPolicy{}
-	err := c.Get(ctx, types.NamespacedName{Name: PolicyName}, p)
-	p.Name = PolicyName
-	p.Spec.SandboxWorkloads = sw
-	for _, m := range mutate {
-		m(&p.Spec)
-	}
-	if apierrors.IsNotFound(err) {
-		require.NoError(t, c.Create(ctx, p))
-		return
-	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &v1alpha1.SandboxGPUPolicy{}
+		err := c.Get(ctx, types.NamespacedName{Name: PolicyName}, p)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		p.Name = PolicyName
+		p.Spec = v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sw}
+		for _, m := range mutate {
+			m(&p.Spec)
+		}
+		if apierrors.IsNotFound(err) {
+			return c.Create(ctx, p)
+		}
+		return c.Update(ctx, p)
+	})
 	require.NoError(t, err)
-	require.NoError(t, c.Update(ctx, p))
 }
 
 func newNode(t *testing.T, c client.Client, name string, labels map[string]string) {
@@ -106,7 +111,7 @@ func readyOperands(t *testing.T, c client.Client, node string, names ...string) 
 		require.NoError(t, c.Create(ctx, p))
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		require.NoError(t, c.Status().Update(ctx, p))
-		t.Cleanup(func() { _ = c.Delete(context.Background(), p) })
+		t.Cleanup(func() { _ = c.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	}
 }
 
@@ -255,4 +260,23 @@ func TestDrainTimeoutFailsTheNode(t *testing.T) {
 	assert.Contains(t, st.Status.Message, "timed out")
 	assert.Contains(t, st.Status.Message, "train-n-stuck")
 	assert.Equal(t, []string{workload.NRIPlugin}, deployLabels(getNode(t, c, "n-stuck")))
+}
+
+// A node that goes takes its state with it; a new node of the same name
+// starts afresh.
+func TestNodeDeletionRemovesItsState(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-gone", Labels: map[string]string{
+		"feature.node.kubernetes.io/pci-10de.present": "true", workload.ConfigLabel: "vm-passthrough"}}}
+	require.NoError(t, c.Create(context.Background(), n))
+	waitState(t, c, "n-gone", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "vm-passthrough" })
+	require.NoError(t, c.Delete(context.Background(), n))
+	testutil.Eventually(t, wait, "state removed", func() bool { return nodeState(c, "n-gone") == nil })
+
+	newNode(t, c, "n-gone", nil) // same name, no label: container, no drain from the old life
+	st := waitState(t, c, "n-gone", "applied afresh", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
+	assert.NotEqual(t, v1alpha1.StateDraining, st.Status.State)
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -34,6 +36,7 @@ var (
 const operandNS = "sandbox-gpu"
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		skipReason = "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)"
 		os.Exit(m.Run())
@@ -99,12 +102,14 @@ func (c *clock) advance(d time.Duration) {
 // (an operator restart is a stop and a new start).
 func startOperator(t *testing.T, clk *clock) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	skip := true // every test (and a restart) starts a new manager in this process
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: &skip}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("sandbox-gpu-operator"),
-		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond}
+		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond, APIReader: mgr.GetAPIReader()}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
