@@ -28,6 +28,7 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into .cache/envtest
 
 generate: ## Regenerate deepcopy code and CRDs (controller-gen through the module proxy)
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 object paths=./operator/api/... crd output:crd:artifacts:config=manifests/crds
+	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 rbac:roleName=sandbox-gpu-operator paths=./operator/controllers/... output:rbac:artifacts:config=manifests/rbac
 
 unit: ## Unit and integration tests of the product module (envtest included), with the race detector
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && \

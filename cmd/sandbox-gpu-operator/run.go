@@ -58,7 +58,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := (&controllers.NodeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("sandbox-gpu-operator"), Namespace: o.namespace}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.NodeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"), Namespace: o.namespace}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: o.namespace, Registry: o.registry, Version: o.version}}).SetupWithManager(mgr); err != nil {

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,7 +41,7 @@ const podNodeIndex = "spec.nodeName"
 // an operator restart resumes where it stopped.
 type NodeReconciler struct {
 	client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Namespace of the operand pods.
 	Namespace string
 	// Now is the clock (tests move it).
@@ -100,6 +100,14 @@ func podNode(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpunodes,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpunodes/status,verbs=get;update
+
 // Reconcile implements reconcile.Reconciler.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	var node corev1.Node
@@ -137,7 +145,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctr
 	st.Status.WorkloadConfig = desired
 	countDevices(&node, st)
 	if invalid != "" && !strings.HasPrefix(before.Message, invalid) {
-		r.Recorder.Event(&node, corev1.EventTypeWarning, "InvalidWorkloadConfig", invalid)
+		r.Recorder.Eventf(&node, nil, corev1.EventTypeWarning, "InvalidWorkloadConfig", "ReadLabel", "%s", invalid)
 	}
 	res, msg, err := r.step(ctx, &node, &policy, st, desired)
 	if invalid != "" {

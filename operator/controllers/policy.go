@@ -47,6 +47,12 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/status,verbs=get;update
+// +kubebuilder:rbac:groups=apps,namespace=sandbox-gpu,resources=daemonsets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sandbox-gpu,resources=leases,verbs=get;list;watch;create;update
+
 // Reconcile implements reconcile.Reconciler.
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	if req.Name != PolicyName {

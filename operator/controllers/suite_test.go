@@ -108,7 +108,7 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("sandbox-gpu-operator"),
+	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"),
 		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond, APIReader: mgr.GetAPIReader()}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

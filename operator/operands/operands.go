@@ -98,8 +98,7 @@ var builders = map[string]builder{
 		}},
 	workload.VGPUManager: {binary: "vgpu-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec {
-			m := p.VGPUManager
-			return v1alpha1.OperandSpec{Enabled: m.Enabled, Image: m.Image, Args: m.Args, Env: m.Env, Resources: m.Resources}
+			return v1alpha1.OperandSpec(p.VGPUManager)
 		},
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			ds.Spec.Template.Spec.HostPID = true

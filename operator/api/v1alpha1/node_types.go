@@ -69,6 +69,3 @@ type SandboxGPUNodeList struct {
 	Items           []SandboxGPUNode `json:"items"`
 }
 
-func init() {
-	SchemeBuilder.Register(&SandboxGPUNode{}, &SandboxGPUNodeList{})
-}

@@ -220,6 +220,3 @@ type SandboxGPUPolicyList struct {
 	Items           []SandboxGPUPolicy `json:"items"`
 }
 
-func init() {
-	SchemeBuilder.Register(&SandboxGPUPolicy{}, &SandboxGPUPolicyList{})
-}

@@ -1,0 +1,130 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+)
+
+// readManifests decodes every document of the given files under manifests/.
+func readManifests(t *testing.T, files ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("..", "..", "manifests", f))
+		require.NoError(t, err)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err, f)
+			}
+			if len(u.Object) > 0 {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+func TestManifestsApply(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	objs := readManifests(t, "operator/operator.yaml", "rbac/role.yaml", "samples/policy.yaml")
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+		// The sample goes through a server-side dry run (the tests own the
+		// policy); everything else is applied for real.
+		var err error
+		if o.GetKind() == "SandboxGPUPolicy" {
+			err = c.Create(ctx, o, client.DryRunAll)
+		} else {
+			err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership)
+		}
+		require.NoError(t, err, "%s %s", o.GetKind(), o.GetName())
+	}
+	for _, k := range []string{"ClusterRole", "Role", "Deployment", "ValidatingAdmissionPolicy", "SandboxGPUPolicy"} {
+		assert.True(t, kinds[k], k)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" || o.GetKind() == "Role" {
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				assert.NotContains(t, res, "secrets", "%s %s must not read secrets", o.GetKind(), o.GetName())
+			}
+		}
+	}
+}
+
+func TestPolicyValidation(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	bad := map[string]string{
+		"not named default":              "apiVersion: sandbox-gpu.io/v1alpha1\nkind: SandboxGPUPolicy\nmetadata: {name: other}\nspec: {}\n",
+		"unknown mode":                   "apiVersion: sandbox-gpu.io/v1alpha1\nkind: SandboxGPUPolicy\nmetadata: {name: default}\nspec: {sandboxWorkloads: {enabled: true, mode: firecracker}}\n",
+		"unknown default":                "apiVersion: sandbox-gpu.io/v1alpha1\nkind: SandboxGPUPolicy\nmetadata: {name: default}\nspec: {sandboxWorkloads: {defaultWorkload: vm}}\n",
+		"vgpu manager enabled, no image": "apiVersion: sandbox-gpu.io/v1alpha1\nkind: SandboxGPUPolicy\nmetadata: {name: default}\nspec: {vgpuManager: {enabled: true}}\n",
+	}
+	for name, y := range bad {
+		u := &unstructured.Unstructured{}
+		require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(y), 512).Decode(&u.Object))
+		err := c.Create(ctx, u, client.DryRunAll)
+		assert.Error(t, err, name)
+	}
+}
+
+// The admission policy lets a node daemon (its service account token
+// carries the node name) change its own Node and nothing else.
+func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	for _, o := range readManifests(t, "operator/operator.yaml") {
+		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
+	}
+	newNode(t, c, "vap-a", nil)
+	newNode(t, c, "vap-b", nil)
+	cfg := rest.CopyConfig(testCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-node",
+		Groups: []string{"system:serviceaccounts", "system:authenticated"},
+		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"vap-a"}}}
+	daemon, err := client.New(cfg, client.Options{Scheme: testScheme})
+	require.NoError(t, err)
+	label := func(name string) error {
+		n := &corev1.Node{}
+		if err := daemon.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Labels["sandbox-gpu.io/probe"] = "x"
+		return daemon.Patch(ctx, n, patch)
+	}
+	// The policy takes effect once the API server has loaded it.
+	testutil.Eventually(t, wait, "the admission policy denies another node", func() bool {
+		err := label("vap-b")
+		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	})
+	require.NoError(t, label("vap-a"), "its own node is fine")
+}
