@@ -68,4 +68,3 @@ type SandboxGPUNodeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SandboxGPUNode `json:"items"`
 }
-

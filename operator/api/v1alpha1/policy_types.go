@@ -219,4 +219,3 @@ type SandboxGPUPolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SandboxGPUPolicy `json:"items"`
 }
-
