@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -44,6 +46,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.SandboxGPUPolicy{}).
 		Owns(&appsv1.DaemonSet{}).
 		Watches(&v1alpha1.SandboxGPUNode{}, toPolicy).
+		Watches(&nodev1.RuntimeClass{}, toPolicy).
 		Complete(r)
 }
 
@@ -77,7 +80,11 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 			errs = append(errs, err)
 		}
 	}
-	if err := r.summarize(ctx, &p, errs); err != nil {
+	problems, err := r.checkIntegrations(ctx, &p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.summarize(ctx, &p, errs, problems); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(errs) > 0 {
@@ -147,7 +154,7 @@ func specHash(ds *appsv1.DaemonSet) (string, error) {
 }
 
 // summarize counts GPU nodes per config and sets Ready and Degraded.
-func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, errs []error) error {
+func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, errs []error, problems []string) error {
 	var nodes v1alpha1.SandboxGPUNodeList
 	if err := r.List(ctx, &nodes); err != nil {
 		return fmt.Errorf("list node states: %w", err)
@@ -180,11 +187,46 @@ func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPU
 		ready.Status, ready.Reason = metav1.ConditionFalse, "NodesNotReady"
 	}
 	degraded := metav1.Condition{Type: "Degraded", Status: metav1.ConditionFalse, Reason: "AsExpected", Message: "no failed node or operand", ObservedGeneration: p.Generation}
-	if len(failed) > 0 || len(errs) > 0 {
+	if len(failed) > 0 || len(errs) > 0 || len(problems) > 0 {
 		degraded.Status, degraded.Reason = metav1.ConditionTrue, "Failures"
-		degraded.Message = fmt.Sprintf("failed nodes: %v; operand errors: %v", failed, errs)
+		degraded.Message = fmt.Sprintf("failed nodes: %v; operand errors: %v; %s", failed, errs, strings.Join(problems, "; "))
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, ready)
 	meta.SetStatusCondition(&p.Status.Conditions, degraded)
 	return nil
+}
+
+// KataRuntimeClassCondition reports whether Kata mode's RuntimeClass exists.
+const KataRuntimeClassCondition = "KataRuntimeClass"
+
+// DefaultKataRuntimeClass is the RuntimeClass of Kata GPU pods.
+const DefaultKataRuntimeClass = "kata-qemu-nvidia-gpu"
+
+// checkIntegrations checks what the mode depends on (Kata's RuntimeClass)
+// and returns the problems found.
+func (r *PolicyReconciler) checkIntegrations(ctx context.Context, p *v1alpha1.SandboxGPUPolicy) ([]string, error) {
+	sw := p.Spec.SandboxWorkloads
+	if !sw.Enabled || sw.Mode != v1alpha1.ModeKata {
+		meta.RemoveStatusCondition(&p.Status.Conditions, KataRuntimeClassCondition)
+		return nil, nil
+	}
+	name := p.Spec.Kata.RuntimeClassName
+	if name == "" {
+		name = DefaultKataRuntimeClass
+	}
+	cond := metav1.Condition{Type: KataRuntimeClassCondition, Status: metav1.ConditionTrue, Reason: "Found",
+		Message: "RuntimeClass " + name + " exists", ObservedGeneration: p.Generation}
+	var rc nodev1.RuntimeClass
+	err := r.Get(ctx, types.NamespacedName{Name: name}, &rc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("RuntimeClass %s: %w", name, err)
+	}
+	var problems []string
+	if apierrors.IsNotFound(err) {
+		cond.Status, cond.Reason = metav1.ConditionFalse, "Missing"
+		cond.Message = fmt.Sprintf("RuntimeClass %s not found: Kata GPU pods cannot start (install Kata with its NVIDIA GPU runtime class, or set spec.kata.runtimeClassName)", name)
+		problems = append(problems, cond.Message)
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	return problems, nil
 }

@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,4 +90,27 @@ func TestPolicyStatusCountsNodes(t *testing.T) {
 	require.NotNil(t, ready)
 	assert.Equal(t, "False", string(ready.Status), "s-b is still configuring")
 	assert.NotNil(t, meta.FindStatusCondition(p.Status.Conditions, "Degraded"))
+}
+
+func TestKataModeReportsMissingRuntimeClass(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, v1alpha1.SandboxWorkloads{Enabled: true, Mode: v1alpha1.ModeKata, DefaultWorkload: "container"})
+	startOperator(t, newClock())
+	var p v1alpha1.SandboxGPUPolicy
+	get := func() *metav1.Condition {
+		_ = c.Get(context.Background(), types.NamespacedName{Name: PolicyName}, &p)
+		return meta.FindStatusCondition(p.Status.Conditions, KataRuntimeClassCondition)
+	}
+	testutil.Eventually(t, wait, "missing RuntimeClass reported", func() bool { cond := get(); return cond != nil && cond.Status == "False" })
+	assert.Contains(t, get().Message, "kata-qemu-nvidia-gpu")
+	degraded := meta.FindStatusCondition(p.Status.Conditions, "Degraded")
+	require.NotNil(t, degraded)
+	assert.Equal(t, metav1.ConditionTrue, degraded.Status)
+	assert.Contains(t, degraded.Message, "kata-qemu-nvidia-gpu")
+
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-qemu-nvidia-gpu"}, Handler: "kata-qemu-nvidia-gpu"}
+	require.NoError(t, c.Create(context.Background(), rc))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), rc) })
+	testutil.Eventually(t, wait, "RuntimeClass found", func() bool { cond := get(); return cond != nil && cond.Status == "True" })
 }
