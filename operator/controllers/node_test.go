@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
@@ -279,4 +280,48 @@ func TestNodeDeletionRemovesItsState(t *testing.T) {
 	newNode(t, c, "n-gone", nil) // same name, no label: container, no drain from the old life
 	st := waitState(t, c, "n-gone", "applied afresh", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	assert.NotEqual(t, v1alpha1.StateDraining, st.Status.State)
+}
+
+// reconciles reads controller-runtime's reconcile counter of a controller.
+func reconciles(t *testing.T, controller string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// Once nodes are ready, reconciling them again writes nothing.
+func TestSteadyStateWritesNothing(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"))
+	startOperator(t, newClock())
+	newNode(t, c, "n-steady", map[string]string{workload.ConfigLabel: "vm-passthrough"})
+	readyOperands(t, c, "n-steady", workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager)
+	st := waitState(t, c, "n-steady", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
+	nodeRV := getNode(t, c, "n-steady").ResourceVersion
+
+	before := reconciles(t, "sandbox-gpu-node")
+	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Kata.RuntimeClassName = "unrelated" })
+	testutil.Eventually(t, wait, "the nodes reconciled again", func() bool { return reconciles(t, "sandbox-gpu-node") >= before+1 })
+	// One more round through the queue, so that the reconcile of n-steady is done.
+	setNodeLabel(t, c, "n-steady", "unrelated.example/touch", "1")
+	nodeRV = getNode(t, c, "n-steady").ResourceVersion
+	mid := reconciles(t, "sandbox-gpu-node")
+	testutil.Eventually(t, wait, "the touched node reconciled", func() bool { return reconciles(t, "sandbox-gpu-node") >= mid+1 })
+	assert.Equal(t, nodeRV, getNode(t, c, "n-steady").ResourceVersion, "no label write in steady state")
+	assert.Equal(t, st.ResourceVersion, nodeState(c, "n-steady").ResourceVersion, "no status write in steady state")
 }
