@@ -283,7 +283,7 @@ func TestNodeDeletionRemovesItsState(t *testing.T) {
 }
 
 // reconciles reads controller-runtime's reconcile counter of a controller.
-func reconciles(t *testing.T, controller string) float64 {
+func reconciles(t testing.TB, controller string) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	require.NoError(t, err)
@@ -312,16 +312,33 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	newNode(t, c, "n-steady", map[string]string{workload.ConfigLabel: "vm-passthrough"})
 	readyOperands(t, c, "n-steady", workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager)
 	st := waitState(t, c, "n-steady", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
-	nodeRV := getNode(t, c, "n-steady").ResourceVersion
 
 	before := reconciles(t, "sandbox-gpu-node")
 	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Kata.RuntimeClassName = "unrelated" })
 	testutil.Eventually(t, wait, "the nodes reconciled again", func() bool { return reconciles(t, "sandbox-gpu-node") >= before+1 })
 	// One more round through the queue, so that the reconcile of n-steady is done.
 	setNodeLabel(t, c, "n-steady", "unrelated.example/touch", "1")
-	nodeRV = getNode(t, c, "n-steady").ResourceVersion
+	nodeRV := getNode(t, c, "n-steady").ResourceVersion
 	mid := reconciles(t, "sandbox-gpu-node")
 	testutil.Eventually(t, wait, "the touched node reconciled", func() bool { return reconciles(t, "sandbox-gpu-node") >= mid+1 })
 	assert.Equal(t, nodeRV, getNode(t, c, "n-steady").ResourceVersion, "no label write in steady state")
 	assert.Equal(t, st.ResourceVersion, nodeState(c, "n-steady").ResourceVersion, "no status write in steady state")
+}
+
+// With drain.evict the GPU users of the old config are evicted (the
+// eviction API, so PodDisruptionBudgets apply).
+func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
+	startOperator(t, newClock())
+	newNode(t, c, "n-evict", map[string]string{workload.ConfigLabel: "container"})
+	waitState(t, c, "n-evict", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
+	pod := gpuPod(t, c, "n-evict", "nvidia.com/gpu")
+	setNodeLabel(t, c, "n-evict", workload.ConfigLabel, "vm-passthrough")
+	testutil.Eventually(t, wait, "the GPU pod evicted", func() bool {
+		p := &corev1.Pod{}
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), p)
+		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+	})
 }

@@ -1,0 +1,190 @@
+package helm
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// wantSpec checks that every dotted path under obj's spec holds the wanted value.
+func wantSpec(t *testing.T, obj *unstructured.Unstructured, want map[string]interface{}) {
+	t.Helper()
+	for p, w := range want {
+		got, found, err := unstructured.NestedFieldNoCopy(obj.Object, append([]string{"spec"}, strings.Split(p, ".")...)...)
+		switch {
+		case err != nil:
+			t.Errorf("spec.%s: %v", p, err)
+		case !found:
+			t.Errorf("spec.%s missing, want %v", p, w)
+		case !reflect.DeepEqual(got, w):
+			t.Errorf("spec.%s = %#v, want %#v", p, got, w)
+		}
+	}
+}
+
+func TestChartKubeVersionMatchesServer(t *testing.T) {
+	requireEnv(t)
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	if kv := chrt.Metadata.KubeVersion; !chartutil.IsCompatibleRange(kv, serverVersion) {
+		t.Errorf("chart kubeVersion %q excludes the envtest kube-apiserver %s", kv, serverVersion)
+	}
+}
+
+func TestDefaultsRenderAndDryRun(t *testing.T) {
+	requireEnv(t)
+	objs := mustRender(t)
+	counts := map[string]int{}
+	for _, obj := range objs {
+		counts[obj.GetKind()]++
+	}
+	want := map[string]int{
+		"ServiceAccount": 2, "Deployment": 1, "ClusterRole": 2, "Role": 1, "ClusterRoleBinding": 2,
+		"RoleBinding": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		"SandboxGPUPolicy": 1,
+	}
+	if !reflect.DeepEqual(counts, want) {
+		t.Errorf("rendered kinds = %v, want %v", counts, want)
+	}
+	wantSpec(t, policy(t, objs), map[string]interface{}{
+		"sandboxWorkloads.enabled":         false,
+		"sandboxWorkloads.mode":            "kubevirt",
+		"sandboxWorkloads.defaultWorkload": "container",
+		"vgpuManager.enabled":              false,
+	})
+	mustDryRunAll(t, objs)
+}
+
+func TestPolicyMirrorsGPUOperatorKnobs(t *testing.T) {
+	requireEnv(t)
+	objs := mustRender(t,
+		"sandboxWorkloads.enabled=true",
+		"sandboxWorkloads.mode=kata",
+		"sandboxWorkloads.defaultWorkload=vm-passthrough",
+		"vfioManager.enabled=false",
+		"sandboxDevicePlugin.enabled=false",
+		"kataSandboxDevicePlugin.enabled=true",
+		"vgpuDeviceManager.enabled=true",
+		"vgpuDeviceManager.config.name=vgpu-cfg",
+		"nriPlugin.enabled=false",
+	)
+	p := policy(t, objs)
+	if p.GetName() != "default" {
+		t.Errorf("policy name = %q, want default", p.GetName())
+	}
+	wantSpec(t, p, map[string]interface{}{
+		"sandboxWorkloads.enabled":         true,
+		"sandboxWorkloads.mode":            "kata",
+		"sandboxWorkloads.defaultWorkload": "vm-passthrough",
+		"vfioManager.enabled":              false,
+		"sandboxDevicePlugin.enabled":      false,
+		"kataSandboxDevicePlugin.enabled":  true,
+		"vgpuDeviceManager.enabled":        true,
+		"vgpuDeviceManager.config.name":    "vgpu-cfg",
+		"nriPlugin.enabled":                false,
+	})
+	if err := dryRun(t.Context(), p); err != nil {
+		t.Error(err)
+	}
+	mustDryRunAll(t, objs)
+}
+
+func TestVGPUManagerWithoutImageRejected(t *testing.T) {
+	requireEnv(t)
+	p := policy(t, mustRender(t, "vgpuManager.enabled=true"))
+	if _, found, _ := unstructured.NestedString(p.Object, "spec", "vgpuManager", "image"); found {
+		t.Fatalf("vgpuManager.image rendered although the value is empty")
+	}
+	err := dryRun(t.Context(), p)
+	if err == nil {
+		t.Fatal("dry run accepted vgpuManager.enabled=true without an image, want the CRD's CEL rule to reject it")
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "vgpuManager.image is required") {
+		t.Errorf("dry run error = %v, want Invalid from the vgpuManager.image CEL rule", err)
+	}
+
+	// With an image the same policy passes: the rejection above is the image rule, nothing else.
+	p = policy(t, mustRender(t, "vgpuManager.enabled=true", "vgpuManager.image=nvcr.io/example/vgpu-manager:1.0"))
+	wantSpec(t, p, map[string]interface{}{"vgpuManager.image": "nvcr.io/example/vgpu-manager:1.0"})
+	if err := dryRun(t.Context(), p); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCreatePolicyFalseRendersNoPolicy(t *testing.T) {
+	requireEnv(t)
+	objs := mustRender(t, "createPolicy=false")
+	if ps := byKind(objs, "SandboxGPUPolicy"); len(ps) != 0 {
+		t.Errorf("createPolicy=false rendered %d SandboxGPUPolicy objects, want none", len(ps))
+	}
+	mustDryRunAll(t, objs)
+}
+
+func TestOperatorNamespaceOverride(t *testing.T) {
+	requireEnv(t)
+	objs := mustRender(t, "operator.namespace="+otherNamespace)
+	for _, kind := range []string{"Deployment", "ServiceAccount", "Role", "RoleBinding"} {
+		got := byKind(objs, kind)
+		if len(got) == 0 {
+			t.Errorf("no %s rendered", kind)
+		}
+		for _, obj := range got {
+			if obj.GetNamespace() != otherNamespace {
+				t.Errorf("%s %s in namespace %q, want %q", kind, obj.GetName(), obj.GetNamespace(), otherNamespace)
+			}
+		}
+	}
+	for _, kind := range []string{"RoleBinding", "ClusterRoleBinding"} {
+		for _, obj := range byKind(objs, kind) {
+			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+			for _, s := range subjects {
+				if ns, _, _ := unstructured.NestedString(s.(map[string]interface{}), "namespace"); ns != otherNamespace {
+					t.Errorf("%s %s subject namespace %q, want %q", kind, obj.GetName(), ns, otherNamespace)
+				}
+			}
+		}
+	}
+	for _, d := range byKind(objs, "Deployment") {
+		if !strings.Contains(strings.Join(containerArgs(d), " "), "--namespace="+otherNamespace) {
+			t.Errorf("Deployment %s args %v lack --namespace=%s", d.GetName(), containerArgs(d), otherNamespace)
+		}
+	}
+	vaps := byKind(objs, "ValidatingAdmissionPolicy")
+	if len(vaps) != 1 {
+		t.Fatalf("rendered %d ValidatingAdmissionPolicy objects, want 1", len(vaps))
+	}
+	conds, _, _ := unstructured.NestedSlice(vaps[0].Object, "spec", "matchConditions")
+	want := "system:serviceaccount:" + otherNamespace + ":sandbox-gpu-node"
+	var matched bool
+	for _, c := range conds {
+		expr, _, _ := unstructured.NestedString(c.(map[string]interface{}), "expression")
+		if strings.Contains(expr, "'"+want+"'") {
+			matched = true
+		}
+		if strings.Contains(expr, "system:serviceaccount:"+releaseNamespace+":") {
+			t.Errorf("matchCondition %q still names the default namespace", expr)
+		}
+	}
+	if !matched {
+		t.Errorf("ValidatingAdmissionPolicy matchConditions %v do not name %s", conds, want)
+	}
+	mustDryRunAll(t, objs)
+}
+
+// containerArgs returns the args of every container in a Deployment.
+func containerArgs(d *unstructured.Unstructured) []string {
+	var args []string
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		a, _, _ := unstructured.NestedStringSlice(c.(map[string]interface{}), "args")
+		args = append(args, a...)
+	}
+	return args
+}
