@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,9 +51,12 @@ func run(ctx context.Context, o options) error {
 		LeaderElectionNamespace: o.namespace,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.healthAddr,
-		// Cache only what is used: operand DaemonSets in the operand namespace.
+		// Cache only what is used: operand DaemonSets and operand pods in the
+		// operand namespace (GPU pods are read from the API server, only
+		// while a node switches).
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
+			&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.namespace: {}}},
 		}},
 	})
 	if err != nil {
@@ -62,6 +66,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: o.namespace, Registry: o.registry, Version: o.version}}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -155,3 +155,15 @@ func (n *Namer) Name(vendor, device uint16) (string, string) {
 	}
 	return fmt.Sprintf("PCI_%04X_%04X", vendor, device), "ids"
 }
+
+// CuratedDevice returns the NVIDIA device id whose curated name is name
+// (the inverse of the table), so a resource name can be turned back into a
+// KubeVirt pciVendorSelector.
+func CuratedDevice(name string) (uint16, bool) {
+	for id, text := range curated {
+		if DeriveName(text) == name {
+			return id, true
+		}
+	}
+	return 0, false
+}

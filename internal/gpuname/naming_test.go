@@ -110,3 +110,14 @@ func FuzzDeriveName(f *testing.F) {
 		}
 	})
 }
+
+func TestCuratedDeviceInvertsTheTable(t *testing.T) {
+	for id := range curated {
+		name := DeriveName(curated[id])
+		got, ok := CuratedDevice(name)
+		assert.True(t, ok, name)
+		assert.Equal(t, id, got, name)
+	}
+	_, ok := CuratedDevice("GA102GL_RTX_A6000")
+	assert.False(t, ok)
+}

@@ -57,7 +57,7 @@ func TestManifestsApply(t *testing.T) {
 		// policy); everything else is applied for real.
 		var err error
 		if o.GetKind() == "SandboxGPUPolicy" {
-			err = c.Create(ctx, o, client.DryRunAll)
+			err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.DryRunAll, client.FieldOwner("manifests-test"), client.ForceOwnership)
 		} else {
 			err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership)
 		}

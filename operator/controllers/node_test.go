@@ -317,9 +317,9 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Kata.RuntimeClassName = "unrelated" })
 	testutil.Eventually(t, wait, "the nodes reconciled again", func() bool { return reconciles(t, "sandbox-gpu-node") >= before+1 })
 	// One more round through the queue, so that the reconcile of n-steady is done.
+	mid := reconciles(t, "sandbox-gpu-node")
 	setNodeLabel(t, c, "n-steady", "unrelated.example/touch", "1")
 	nodeRV := getNode(t, c, "n-steady").ResourceVersion
-	mid := reconciles(t, "sandbox-gpu-node")
 	testutil.Eventually(t, wait, "the touched node reconciled", func() bool { return reconciles(t, "sandbox-gpu-node") >= mid+1 })
 	assert.Equal(t, nodeRV, getNode(t, c, "n-steady").ResourceVersion, "no label write in steady state")
 	assert.Equal(t, st.ResourceVersion, nodeState(c, "n-steady").ResourceVersion, "no status write in steady state")

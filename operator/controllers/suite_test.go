@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	if err := v1alpha1.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "manifests", "crds")}, ErrorIfCRDPathMissing: true}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "manifests", "crds"), filepath.Join("testdata", "crds")}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "envtest:", err)
@@ -111,6 +111,10 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"),
 		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond, APIReader: mgr.GetAPIReader()}
 	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	kv := &KubeVirtReconciler{Client: mgr.GetClient(), Resync: time.Second}
+	if err := kv.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	pr := &PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: operandNS, Registry: "example.com", Version: "test"}}

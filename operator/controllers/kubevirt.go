@@ -1,0 +1,213 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+// ManagedAnnotation on a KubeVirt CR lists the permittedHostDevices
+// resource names this operator added: only those are ever removed.
+const ManagedAnnotation = "sandbox-gpu.io/managed-permitted-host-devices"
+
+// MDEVGate stops KubeVirt from creating mdevs itself when the vGPU device
+// manager owns them.
+const MDEVGate = "DisableMDEVConfiguration"
+
+var kubeVirtList = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirtList"}
+
+// KubeVirtReconciler keeps every KubeVirt CR's permittedHostDevices in
+// step with the GPU resources nodes advertise, without touching entries it
+// did not add.
+type KubeVirtReconciler struct {
+	client.Client
+	// Resync is how often the CRs are checked without a node event (5m).
+	Resync time.Duration
+}
+
+// +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=get;list;update
+
+// SetupWithManager registers the reconciler; it runs for one key.
+func (r *KubeVirtReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Resync == 0 {
+		r.Resync = 5 * time.Minute
+	}
+	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "kubevirt"}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sandbox-gpu-kubevirt").
+		Watches(&corev1.Node{}, one).
+		Watches(&v1alpha1.SandboxGPUPolicy{}, one).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	var p v1alpha1.SandboxGPUPolicy
+	if err := r.Get(ctx, types.NamespacedName{Name: PolicyName}, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	sw := p.Spec.SandboxWorkloads
+	manage := p.Spec.KubeVirt.ManagePermittedHostDevices
+	if !sw.Enabled || (sw.Mode != "" && sw.Mode != v1alpha1.ModeKubeVirt) || (manage != nil && !*manage) {
+		return ctrl.Result{}, nil
+	}
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	pci, mdev := Permitted(nodes.Items)
+	crs := &unstructured.UnstructuredList{}
+	crs.SetGroupVersionKind(kubeVirtList)
+	if err := r.List(ctx, crs); err != nil {
+		if meta.IsNoMatchError(err) {
+			return ctrl.Result{RequeueAfter: r.Resync}, nil // KubeVirt is not installed (yet)
+		}
+		return ctrl.Result{}, fmt.Errorf("list KubeVirt CRs: %w", err)
+	}
+	for i := range crs.Items {
+		if err := r.sync(ctx, &crs.Items[i], pci, mdev); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.Resync}, nil
+}
+
+// Permitted derives the entries from the GPU resources nodes advertise:
+// curated model names map back to their PCI ids, vGPU type resources
+// (nvidia.com/NVIDIA_*) to their mdev type names.
+func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.MediatedHostDevice) {
+	pci := map[string]kubevirtv1.PciHostDevice{}
+	mdev := map[string]kubevirtv1.MediatedHostDevice{}
+	for i := range nodes {
+		if !workload.IsGPUNode(&nodes[i]) {
+			continue
+		}
+		for res := range nodes[i].Status.Capacity {
+			name, ok := strings.CutPrefix(string(res), "nvidia.com/")
+			if !ok {
+				continue
+			}
+			if id, ok := gpuname.CuratedDevice(name); ok {
+				pci[string(res)] = kubevirtv1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("10DE:%04X", id), ResourceName: string(res), ExternalResourceProvider: true}
+			} else if strings.HasPrefix(name, "NVIDIA_") {
+				mdev[string(res)] = kubevirtv1.MediatedHostDevice{MDEVNameSelector: strings.ReplaceAll(name, "_", " "), ResourceName: string(res), ExternalResourceProvider: true}
+			}
+		}
+	}
+	var outP []kubevirtv1.PciHostDevice
+	for _, k := range sortedKeys(pci) {
+		outP = append(outP, pci[k])
+	}
+	var outM []kubevirtv1.MediatedHostDevice
+	for _, k := range sortedKeys(mdev) {
+		outM = append(outM, mdev[k])
+	}
+	return outP, outM
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sync merges our entries into one CR, writing only on change.
+func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstructured, pci []kubevirtv1.PciHostDevice, mdev []kubevirtv1.MediatedHostDevice) error {
+	before := cr.DeepCopy()
+	managed := map[string]bool{}
+	var list []string
+	_ = json.Unmarshal([]byte(cr.GetAnnotations()[ManagedAnnotation]), &list)
+	for _, n := range list {
+		managed[n] = true
+	}
+	var current kubevirtv1.PermittedHostDevices
+	if raw, ok, _ := unstructured.NestedMap(cr.Object, "spec", "configuration", "permittedHostDevices"); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &current); err != nil {
+			return fmt.Errorf("KubeVirt %s/%s: permittedHostDevices: %w", cr.GetNamespace(), cr.GetName(), err)
+		}
+	}
+	ours := map[string]bool{}
+	var next kubevirtv1.PermittedHostDevices
+	for _, e := range pci {
+		ours[e.ResourceName] = true
+	}
+	for _, e := range mdev {
+		ours[e.ResourceName] = true
+	}
+	for _, e := range current.PciHostDevices {
+		if !managed[e.ResourceName] && !ours[e.ResourceName] {
+			next.PciHostDevices = append(next.PciHostDevices, e) // someone else's
+		}
+	}
+	for _, e := range current.MediatedDevices {
+		if !managed[e.ResourceName] && !ours[e.ResourceName] {
+			next.MediatedDevices = append(next.MediatedDevices, e)
+		}
+	}
+	next.PciHostDevices = append(next.PciHostDevices, pci...)
+	next.MediatedDevices = append(next.MediatedDevices, mdev...)
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
+	if err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedMap(cr.Object, raw, "spec", "configuration", "permittedHostDevices"); err != nil {
+		return err
+	}
+	if len(mdev) > 0 {
+		gates, _, _ := unstructured.NestedStringSlice(cr.Object, "spec", "configuration", "developerConfiguration", "featureGates")
+		if !contains(gates, MDEVGate) {
+			if err := unstructured.SetNestedStringSlice(cr.Object, append(gates, MDEVGate), "spec", "configuration", "developerConfiguration", "featureGates"); err != nil {
+				return err
+			}
+		}
+	}
+	names := sortedKeys(ours)
+	b, _ := json.Marshal(names)
+	ann := cr.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[ManagedAnnotation] = string(b)
+	cr.SetAnnotations(ann)
+	if equality.Semantic.DeepEqual(before.Object, cr.Object) {
+		return nil
+	}
+	if err := r.Update(ctx, cr); err != nil {
+		return fmt.Errorf("KubeVirt %s/%s: update permittedHostDevices: %w", cr.GetNamespace(), cr.GetName(), err)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
