@@ -22,6 +22,8 @@ func main() {
 	fs.StringVar(&o.registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
 	fs.StringVar(&o.version, "operand-version", "v0.1.0", "tag of the default operand images")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among operator replicas")
+	fs.Float64Var(&o.qps, "kube-api-qps", 100, "API requests per second (client-side limit)")
+	fs.IntVar(&o.burst, "kube-api-burst", 200, "API request burst (client-side limit)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "metrics address (0: off)")
 	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "health probe address (0: off)")
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -25,6 +25,8 @@ import (
 type options struct {
 	kubeconfig, namespace, registry, version string
 	leaderElect                              bool
+	qps                                      float64
+	burst                                    int
 	metricsAddr, healthAddr                  string
 }
 
@@ -37,6 +39,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

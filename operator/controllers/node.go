@@ -221,7 +221,10 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 	}
 	if len(notReady) > 0 {
 		r.setState(st, v1alpha1.StateConfiguring)
-		return ctrl.Result{RequeueAfter: r.Requeue}, "waiting for operands: " + strings.Join(notReady, ", "), nil
+		// Operand pods are watched: their readiness wakes the node. The
+		// requeue is only a safety net, slow so that thousands of nodes
+		// waiting for operands do not keep the queue busy.
+		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, "waiting for operands: " + strings.Join(notReady, ", "), nil
 	}
 	r.setState(st, v1alpha1.StateReady)
 	return ctrl.Result{}, "", nil
