@@ -57,10 +57,14 @@ func run(ctx context.Context, o options) error {
 		// Cache only what is used: operand DaemonSets and operand pods in the
 		// operand namespace (GPU pods are read from the API server, only
 		// while a node switches).
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
-			&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.namespace: {}}},
-		}},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
+				&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.namespace: {}}},
+				&corev1.Node{}:      {Transform: controllers.TrimNode},
+			},
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)

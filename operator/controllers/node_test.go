@@ -342,3 +342,17 @@ func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
 	})
 }
+
+func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"big": "y"}},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+			Images: []corev1.ContainerImage{{Names: []string{"huge"}}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}}}}
+	out, err := TrimNode(n)
+	require.NoError(t, err)
+	tn := out.(*corev1.Node)
+	assert.Equal(t, map[string]string{"a": "b"}, tn.Labels)
+	assert.Equal(t, "8", tn.Status.Capacity.Name("nvidia.com/gpu", resource.DecimalSI).String())
+	assert.Empty(t, tn.Status.Images)
+	assert.Empty(t, tn.Status.Conditions)
+	assert.Empty(t, tn.Annotations)
+}
