@@ -250,10 +250,7 @@ func TestRetriesRefusedRegistrationQuickly(t *testing.T) {
 	host := &fakeHost{devices: []Device{dev("12", 0)}, dir: t.TempDir()}
 	m, err := NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: host, Rescan: time.Hour, Log: logr.Discard()})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runManager(t, m)
 	_, err = stub.WaitRegistered(ctxT(t), res, 1)
 	require.NoError(t, err)
 }
@@ -303,11 +300,20 @@ func TestPublishesBeforeRegistering(t *testing.T) {
 	m, err := NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: host, Rescan: time.Hour, Log: logr.Discard(),
 		OnScan: func([]Resource) error { published <- len(stub.Registrations()); return nil }})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runManager(t, m)
 	_, err = stub.WaitRegistered(ctxT(t), res, 1)
 	require.NoError(t, err)
 	assert.Equal(t, 0, <-published, "published while nothing was registered yet")
+}
+
+// runManager runs m until the test ends.
+func runManager(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +17,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // writeCounter counts the operator's API writes by kind.
@@ -81,32 +78,8 @@ func BenchmarkScale5000Nodes(b *testing.B) {
 	}
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
-		p := &v1alpha1.SandboxGPUPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}}
-		_ = c.Delete(ctx, p)
-		p = &v1alpha1.SandboxGPUPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}, Spec: v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sandboxOn("container")}}
-		if err := c.Create(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-		configs := []string{"", "container", "vm-passthrough", "vm-vgpu"}
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for n := 0; n < nodes; n++ {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(n int) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				labels := map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}
-				if cfg := configs[n%len(configs)]; cfg != "" {
-					labels[workload.ConfigLabel] = cfg
-				}
-				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%d-%05d", i, n), Labels: labels}}
-				if err := c.Create(ctx, node); err != nil {
-					b.Error(err)
-				}
-			}(n)
-		}
-		wg.Wait()
+		prefix := fmt.Sprintf("scale-%d-", i)
+		seedCluster(b, c, prefix, nodes)
 
 		writes := &writeCounter{}
 		skip := true
@@ -132,26 +105,7 @@ func BenchmarkScale5000Nodes(b *testing.B) {
 		start := time.Now()
 		go func() { done <- mgr.Start(mctx) }()
 		deadline := time.Now().Add(15 * time.Minute)
-		for {
-			var states v1alpha1.SandboxGPUNodeList
-			if err := c.List(ctx, &states); err != nil {
-				b.Fatal(err)
-			}
-			applied := 0
-			for _, st := range states.Items {
-				if st.Status.AppliedConfig != "" && len(st.Name) > 6 && st.Name[:6] == "scale-" {
-					applied++
-				}
-			}
-			if applied >= nodes*(i+1) {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d nodes converged", applied, nodes)
-			}
-			tick := time.NewTimer(200 * time.Millisecond)
-			<-tick.C
-		}
+		waitConverged(b, c, prefix, nodes, deadline, func() string { return "in process" })
 		converge := time.Since(start)
 		b.StopTimer()
 		var ms runtime.MemStats
