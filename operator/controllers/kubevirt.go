@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
@@ -77,7 +79,10 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 	if err := r.List(ctx, &nodes); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
-	pci, mdev := Permitted(nodes.Items)
+	pci, mdev, problems := Permitted(nodes.Items)
+	if len(problems) > 0 {
+		log.FromContext(ctx).Info("Ignored published permittedHostDevices", "problems", problems)
+	}
 	crs := &unstructured.UnstructuredList{}
 	crs.SetGroupVersionKind(kubeVirtList)
 	if err := r.List(ctx, crs); err != nil {
@@ -94,25 +99,45 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 	return ctrl.Result{RequeueAfter: r.Resync}, nil
 }
 
-// Permitted derives the entries from the GPU resources nodes advertise:
-// curated model names map back to their PCI ids, vGPU type resources
-// (nvidia.com/NVIDIA_*) to their mdev type names.
-func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.MediatedHostDevice) {
+// Permitted derives the entries from the GPU resources nodes advertise.
+// What a node's validator published (workload.PermittedAnnotation) comes
+// first; without it, curated model names map back to their PCI ids and
+// vGPU type resources (nvidia.com/NVIDIA_*) to their mdev type names.
+// Only resources a node advertises count, only nvidia.com/ names, and only
+// NVIDIA (10DE) PCI selectors: a node cannot permit other devices
+// cluster-wide. Problems name the node; they are for logging.
+func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.MediatedHostDevice, []string) {
 	pci := map[string]kubevirtv1.PciHostDevice{}
 	mdev := map[string]kubevirtv1.MediatedHostDevice{}
+	var problems []string
 	for i := range nodes {
-		if !workload.IsGPUNode(&nodes[i]) {
+		n := &nodes[i]
+		if !workload.IsGPUNode(n) {
 			continue
 		}
-		for res := range nodes[i].Status.Capacity {
+		pubP, pubM, err := published(n)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		for res, q := range n.Status.Capacity {
 			name, ok := strings.CutPrefix(string(res), "nvidia.com/")
-			if !ok {
+			if !ok || q.IsZero() {
 				continue
 			}
-			if id, ok := gpuname.CuratedDevice(name); ok {
-				pci[string(res)] = kubevirtv1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("10DE:%04X", id), ResourceName: string(res), ExternalResourceProvider: true}
+			if es, ok := pubP[string(res)]; ok {
+				for _, e := range es {
+					pci[e.ResourceName+"|"+e.PCIVendorSelector] = e
+				}
+			} else if es, ok := pubM[string(res)]; ok {
+				for _, e := range es {
+					mdev[e.ResourceName+"|"+e.MDEVNameSelector] = e
+				}
+			} else if id, ok := gpuname.CuratedDevice(name); ok {
+				e := kubevirtv1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("10DE:%04X", id), ResourceName: string(res), ExternalResourceProvider: true}
+				pci[e.ResourceName+"|"+e.PCIVendorSelector] = e
 			} else if strings.HasPrefix(name, "NVIDIA_") {
-				mdev[string(res)] = kubevirtv1.MediatedHostDevice{MDEVNameSelector: strings.ReplaceAll(name, "_", " "), ResourceName: string(res), ExternalResourceProvider: true}
+				e := kubevirtv1.MediatedHostDevice{MDEVNameSelector: strings.ReplaceAll(name, "_", " "), ResourceName: string(res), ExternalResourceProvider: true}
+				mdev[e.ResourceName+"|"+e.MDEVNameSelector] = e
 			}
 		}
 	}
@@ -124,7 +149,44 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 	for _, k := range sortedKeys(mdev) {
 		outM = append(outM, mdev[k])
 	}
-	return outP, outM
+	return outP, outM, problems
+}
+
+var pciSelector = regexp.MustCompile(`^10DE:[0-9A-F]{4}$`)
+
+// published reads a node's annotation, keeping the well-formed entries by
+// resource name.
+func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[string][]kubevirtv1.MediatedHostDevice, error) {
+	raw, ok := n.Annotations[workload.PermittedAnnotation]
+	if !ok {
+		return nil, nil, nil
+	}
+	var p kubevirtv1.PermittedHostDevices
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return nil, nil, fmt.Errorf("node %s: annotation %s: %w", n.Name, workload.PermittedAnnotation, err)
+	}
+	pci := map[string][]kubevirtv1.PciHostDevice{}
+	mdev := map[string][]kubevirtv1.MediatedHostDevice{}
+	var bad []string
+	for _, e := range p.PciHostDevices {
+		e.PCIVendorSelector = strings.ToUpper(e.PCIVendorSelector)
+		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || !pciSelector.MatchString(e.PCIVendorSelector) {
+			bad = append(bad, e.ResourceName+"="+e.PCIVendorSelector)
+			continue
+		}
+		pci[e.ResourceName] = append(pci[e.ResourceName], kubevirtv1.PciHostDevice{PCIVendorSelector: e.PCIVendorSelector, ResourceName: e.ResourceName, ExternalResourceProvider: true})
+	}
+	for _, e := range p.MediatedDevices {
+		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || e.MDEVNameSelector == "" {
+			bad = append(bad, e.ResourceName+"="+e.MDEVNameSelector)
+			continue
+		}
+		mdev[e.ResourceName] = append(mdev[e.ResourceName], kubevirtv1.MediatedHostDevice{MDEVNameSelector: e.MDEVNameSelector, ResourceName: e.ResourceName, ExternalResourceProvider: true})
+	}
+	if len(bad) > 0 {
+		return pci, mdev, fmt.Errorf("node %s: annotation %s: ignored entries outside nvidia.com/ or NVIDIA PCI ids: %s", n.Name, workload.PermittedAnnotation, strings.Join(bad, ", "))
+	}
+	return pci, mdev, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 func setCapacity(t *testing.T, c client.Client, name string, res map[string]int64) {
@@ -61,16 +62,26 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 	newNode(t, c, "kv-b", nil)
 	setCapacity(t, c, "kv-a", map[string]int64{"nvidia.com/GA102GL_A10": 2, "cpu": 8})
 	setCapacity(t, c, "kv-b", map[string]int64{"nvidia.com/NVIDIA_A10-4Q": 6})
+	// A model the curated table cannot map back: its validator published
+	// the plugin's entries, including one it must not be trusted with.
+	newNode(t, c, "kv-c", nil)
+	n := getNode(t, c, "kv-c")
+	n.Annotations = map[string]string{workload.PermittedAnnotation: `{"pciHostDevices":[` +
+		`{"pciVendorSelector":"10de:2b85","resourceName":"nvidia.com/GB202_RTX_PRO_6000"},` +
+		`{"pciVendorSelector":"8086:1572","resourceName":"nvidia.com/GB202_RTX_PRO_6000"}]}`}
+	require.NoError(t, c.Update(ctx, n))
+	setCapacity(t, c, "kv-c", map[string]int64{"nvidia.com/GB202_RTX_PRO_6000": 1})
 
 	testutil.Eventually(t, wait, "our entries added", func() bool {
 		got := kubeVirtCR(t, c)
-		return assert.ObjectsAreEqual([]string{"intel.com/xl710", "nvidia.com/GA102GL_A10"}, resourceNames(t, got, "pciHostDevices")) &&
+		return assert.ObjectsAreEqual([]string{"intel.com/xl710", "nvidia.com/GA102GL_A10", "nvidia.com/GB202_RTX_PRO_6000"}, resourceNames(t, got, "pciHostDevices")) &&
 			assert.ObjectsAreEqual([]string{"nvidia.com/NVIDIA_A10-4Q"}, resourceNames(t, got, "mediatedDevices"))
 	})
 	got := kubeVirtCR(t, c)
 	pci, _, _ := unstructured.NestedSlice(got.Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
 	assert.Equal(t, "10DE:2236", pci[1].(map[string]any)["pciVendorSelector"])
 	assert.Equal(t, true, pci[1].(map[string]any)["externalResourceProvider"])
+	assert.Equal(t, "10DE:2B85", pci[2].(map[string]any)["pciVendorSelector"], "the published selector, normalised; the foreign one dropped")
 	md, _, _ := unstructured.NestedSlice(got.Object, "spec", "configuration", "permittedHostDevices", "mediatedDevices")
 	assert.Equal(t, "NVIDIA A10-4Q", md[0].(map[string]any)["mdevNameSelector"])
 	gates, _, _ := unstructured.NestedStringSlice(got.Object, "spec", "configuration", "developerConfiguration", "featureGates")
@@ -78,7 +89,8 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 
 	// The A10s go away: our entry goes, the foreign one stays.
 	setCapacity(t, c, "kv-a", map[string]int64{"cpu": 8})
-	testutil.Eventually(t, wait, "our stale entry removed", func() bool {
+	setCapacity(t, c, "kv-c", map[string]int64{"cpu": 8})
+	testutil.Eventually(t, wait, "our stale entries removed", func() bool {
 		return assert.ObjectsAreEqual([]string{"intel.com/xl710"}, resourceNames(t, kubeVirtCR(t, c), "pciHostDevices"))
 	})
 	rv := kubeVirtCR(t, c).GetResourceVersion()
@@ -86,4 +98,51 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 	setNodeLabel(t, c, "kv-b", "unrelated.example/touch", "1")
 	testutil.Eventually(t, wait, "another sync", func() bool { return reconciles(t, "sandbox-gpu-kubevirt") >= mid+1 })
 	assert.Equal(t, rv, kubeVirtCR(t, c).GetResourceVersion(), "no write when nothing changed")
+}
+
+func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
+	gpu := map[string]string{workload.GPUPresentLabel: "true"}
+	node := func(name string, labels map[string]string, ann string, res ...string) corev1.Node {
+		n := corev1.Node{}
+		n.Name, n.Labels = name, labels
+		if ann != "" {
+			n.Annotations = map[string]string{workload.PermittedAnnotation: ann}
+		}
+		n.Status.Capacity = corev1.ResourceList{}
+		for _, r := range res {
+			n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("1")
+		}
+		return n
+	}
+	nodes := []corev1.Node{
+		// Published, and advertised: taken as published (two selectors for one name is fine for KubeVirt).
+		node("a", gpu, `{"pciHostDevices":[{"pciVendorSelector":"10DE:2B85","resourceName":"nvidia.com/GB202"},`+
+			`{"pciVendorSelector":"10DE:2B87","resourceName":"nvidia.com/GB202"},`+
+			`{"pciVendorSelector":"15B3:1021","resourceName":"nvidia.com/GB202"},`+
+			`{"pciVendorSelector":"10DE:0001","resourceName":"example.com/nic"}],`+
+			`"mediatedDevices":[{"mdevNameSelector":"NVIDIA L40S-8Q","resourceName":"nvidia.com/NVIDIA_L40S-8Q"}]}`,
+			"nvidia.com/GB202", "nvidia.com/NVIDIA_L40S-8Q"),
+		// Published but no longer advertised: nothing.
+		node("b", gpu, `{"pciHostDevices":[{"pciVendorSelector":"10DE:20B5","resourceName":"nvidia.com/GA100_A100_PCIE_80GB"}]}`),
+		// Not published: curated names map back.
+		node("c", gpu, "", "nvidia.com/GA102GL_A10"),
+		// Not a GPU node: ignored even with capacity.
+		node("d", nil, "", "nvidia.com/TU104GL_TESLA_T4"),
+		// Garbage: reported, curated fallback still applies.
+		node("e", gpu, "{", "nvidia.com/GA102GL_A10"),
+	}
+	pci, mdev, problems := Permitted(nodes)
+	var got []string
+	for _, e := range pci {
+		require.True(t, e.ExternalResourceProvider)
+		got = append(got, e.ResourceName+"="+e.PCIVendorSelector)
+	}
+	assert.Equal(t, []string{"nvidia.com/GA102GL_A10=10DE:2236", "nvidia.com/GB202=10DE:2B85", "nvidia.com/GB202=10DE:2B87"}, got)
+	require.Len(t, mdev, 1)
+	assert.Equal(t, "NVIDIA L40S-8Q", mdev[0].MDEVNameSelector)
+	require.Len(t, problems, 2)
+	assert.Contains(t, problems[0], "node a:")
+	assert.Contains(t, problems[0], "nvidia.com/GB202=15B3:1021")
+	assert.Contains(t, problems[0], "example.com/nic=10DE:0001")
+	assert.Contains(t, problems[1], "node e:")
 }

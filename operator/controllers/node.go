@@ -337,8 +337,8 @@ func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {
 	st.Status.GPUs, st.Status.BoundToVFIO, st.Status.VGPUs = int32(gpus), int32(vfio), int32(vgpus)
 }
 
-// TrimNode is a cache transform: the operator reads a Node's labels and
-// resource capacity only, so images, conditions, addresses and managed
+// TrimNode is a cache transform: the operator reads a Node's labels,
+// resource capacity and published permittedHostDevices only, so images, conditions, addresses and managed
 // fields are dropped before caching (most of a Node's size on big hosts).
 func TrimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -346,7 +346,11 @@ func TrimNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	n.Annotations = nil
+	if v, ok := n.Annotations[workload.PermittedAnnotation]; ok {
+		n.Annotations = map[string]string{workload.PermittedAnnotation: v}
+	} else {
+		n.Annotations = nil
+	}
 	n.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable}
 	return n, nil
 }

@@ -344,7 +344,7 @@ func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
 }
 
 func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"big": "y"}},
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"big": "y", workload.PermittedAnnotation: "{}"}},
 		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
 			Images: []corev1.ContainerImage{{Names: []string{"huge"}}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}}}}
 	out, err := TrimNode(n)
@@ -354,5 +354,5 @@ func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
 	assert.Equal(t, "8", tn.Status.Capacity.Name("nvidia.com/gpu", resource.DecimalSI).String())
 	assert.Empty(t, tn.Status.Images)
 	assert.Empty(t, tn.Status.Conditions)
-	assert.Empty(t, tn.Annotations)
+	assert.Equal(t, map[string]string{workload.PermittedAnnotation: "{}"}, tn.Annotations, "only what the KubeVirt sync reads")
 }

@@ -80,8 +80,13 @@ var builders = map[string]builder{
 	workload.Validator: {binary: "sandbox-gpu-validator",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
-			mount(ds, "sys", "/sys", true)
-			mount(ds, "run", "/run/sandbox-gpu", true)
+			c := &ds.Spec.Template.Spec.Containers[0]
+			c.Args = []string{"--health-addr=:8082"}
+			// Reads the VFIO manager's and the KubeVirt plugin's files; it
+			// may start first, so the folder is created if missing.
+			mount(ds, "run", "/run/sandbox-gpu", false)
+			c.VolumeMounts[len(c.VolumeMounts)-1].ReadOnly = true
+			probe(c, "/readyz", 8082)
 		}},
 	workload.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },

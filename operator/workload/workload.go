@@ -179,3 +179,10 @@ func HoldsGPU(pod *corev1.Pod, config string) bool {
 	}
 	return false
 }
+
+// PermittedAnnotation on a Node carries, as JSON, the KubeVirt
+// permittedHostDevices that the node's KubeVirt device plugin derived for
+// what it advertises. The validator publishes it; the operator merges the
+// entries of every node into the KubeVirt CR, so model names the curated
+// table cannot map back to PCI ids still get there.
+const PermittedAnnotation = Domain + "/kubevirt-permitted-host-devices"

@@ -1,0 +1,46 @@
+// Command sandbox-gpu-validator checks a sandbox GPU node's operands (VFIO
+// manager ready, device plugin resources advertised) and publishes the
+// KubeVirt device plugin's permittedHostDevices on its own Node.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	o := options{nodeName: os.Getenv("NODE_NAME")}
+	fs := flag.NewFlagSet("sandbox-gpu-validator", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+	fs.StringVar(&o.nodeName, "node-name", o.nodeName, "this node (default $NODE_NAME)")
+	fs.StringVar(&o.vfioReady, "vfio-ready-file", "/run/sandbox-gpu/vfio-manager.ready", "the VFIO manager's readiness file")
+	fs.StringVar(&o.permitted, "permitted-host-devices-file", "/run/sandbox-gpu/kubevirt-permitted-host-devices.json", "the KubeVirt device plugin's permittedHostDevices file")
+	fs.StringVar(&o.healthAddr, "health-addr", ":8082", "address of /healthz and /readyz (empty: off)")
+	fs.DurationVar(&o.resync, "resync", time.Minute, "re-check this often without an event")
+	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println("Usage of sandbox-gpu-validator:")
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return
+		}
+		fmt.Fprintln(os.Stderr, "sandbox-gpu-validator:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-gpu-validator:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,255 @@
+// Package validator is the node agent that checks a sandbox node's operands
+// and publishes what the operator needs from the node: the VFIO manager
+// reports ready, the resources the device plugin advertises have reached the
+// Node, and the plugin's KubeVirt permittedHostDevices are on the Node (as
+// the workload.PermittedAnnotation) for the operator to merge into the
+// KubeVirt CR. It writes only its own Node, and only when something changed.
+package validator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+// Options configure a Validator. Paths are host paths as mounted.
+type Options struct {
+	NodeName string
+	Client   kubernetes.Interface
+	// VFIOReadyFile is the VFIO manager's readiness file, checked when the
+	// Node's deploy labels run the VFIO manager.
+	VFIOReadyFile string
+	// PermittedFile is the KubeVirt device plugin's permittedHostDevices
+	// file, published when the Node's deploy labels run that plugin.
+	PermittedFile string
+	// Resync re-checks without an event (default 1m).
+	Resync time.Duration
+	Log    logr.Logger
+}
+
+// Report is the validator's view, served on /readyz.
+type Report struct {
+	Ready    bool      `json:"ready"`
+	Time     time.Time `json:"time"`
+	Problems []string  `json:"problems,omitempty"`
+}
+
+// Validator runs the checks.
+type Validator struct {
+	o      Options
+	mu     sync.Mutex
+	report Report
+	node   func() (*corev1.Node, bool)
+}
+
+// New validates the options.
+func New(o Options) (*Validator, error) {
+	if o.NodeName == "" {
+		return nil, errors.New("validator: no node name (set --node-name or NODE_NAME)")
+	}
+	if o.Client == nil {
+		return nil, errors.New("validator: no Kubernetes client")
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
+	}
+	return &Validator{o: o, report: Report{Problems: []string{"not checked yet"}}}, nil
+}
+
+// Report returns the last result.
+func (v *Validator) Report() Report {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.report
+	r.Problems = append([]string(nil), r.Problems...)
+	return r
+}
+
+// Run watches its own Node and the operand files and checks on every change
+// and resync until ctx ends.
+func (v *Validator) Run(ctx context.Context) error {
+	lw := cache.NewListWatchFromClient(v.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", v.o.NodeName))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+	}); err != nil {
+		return fmt.Errorf("node %s: watch: %w", v.o.NodeName, err)
+	}
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	v.node = func() (*corev1.Node, bool) {
+		obj, ok, err := inf.GetStore().GetByKey(v.o.NodeName)
+		if err != nil || !ok {
+			return nil, false
+		}
+		return obj.(*corev1.Node), true
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("fsnotify: %w", err)
+	}
+	defer w.Close()
+	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile} {
+		if f == "" {
+			continue
+		}
+		dir := filepath.Dir(f)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
+		if err := w.Add(dir); err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
+	}
+	tick := time.NewTicker(v.o.Resync)
+	defer tick.Stop()
+	poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-tick.C:
+		case <-w.Events:
+		case err := <-w.Errors:
+			v.o.Log.Error(err, "File watch failed, checking anyway")
+		}
+		r := v.check(ctx)
+		v.o.Log.V(1).Info("Checked", "node", v.o.NodeName, "ready", r.Ready, "problems", r.Problems)
+	}
+}
+
+// check runs the checks that the Node's deploy labels call for, and
+// publishes the permittedHostDevices when they differ from the Node's
+// annotation.
+func (v *Validator) check(ctx context.Context) Report {
+	var problems []string
+	node, ok := v.node()
+	switch {
+	case !ok:
+		problems = append(problems, fmt.Sprintf("node %s: not found", v.o.NodeName))
+	default:
+		deployed := func(operand string) bool { return node.Labels[workload.DeployLabel(operand)] == "true" }
+		if deployed(workload.VFIOManager) {
+			if p := v.checkVFIO(); p != "" {
+				problems = append(problems, p)
+			}
+		}
+		if deployed(workload.KubeVirtDevicePlugin) && v.o.PermittedFile != "" {
+			problems = append(problems, v.publish(ctx, node)...)
+		}
+	}
+	sort.Strings(problems)
+	r := Report{Ready: len(problems) == 0, Time: time.Now(), Problems: problems}
+	v.mu.Lock()
+	changed := fmt.Sprint(v.report.Problems) != fmt.Sprint(r.Problems)
+	v.report = r
+	v.mu.Unlock()
+	if changed {
+		v.o.Log.Info("Validation changed", "node", v.o.NodeName, "ready", r.Ready, "problems", r.Problems)
+	}
+	return r
+}
+
+func (v *Validator) checkVFIO() string {
+	if v.o.VFIOReadyFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(v.o.VFIOReadyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("VFIO manager: %s does not exist yet", v.o.VFIOReadyFile)
+	}
+	if err != nil {
+		return fmt.Sprintf("VFIO manager: %v", err)
+	}
+	var r struct {
+		Ready bool   `json:"ready"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Sprintf("VFIO manager: %s: %v", v.o.VFIOReadyFile, err)
+	}
+	if !r.Ready {
+		return fmt.Sprintf("VFIO manager: not ready: %s", r.Error)
+	}
+	return ""
+}
+
+// publish keeps the Node's annotation equal to the plugin's file and
+// reports resources the Node does not advertise yet.
+func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
+	var problems []string
+	b, err := os.ReadFile(v.o.PermittedFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []string{fmt.Sprintf("KubeVirt device plugin: %s does not exist yet", v.o.PermittedFile)}
+	}
+	if err != nil {
+		return []string{fmt.Sprintf("KubeVirt device plugin: %v", err)}
+	}
+	var p kubevirtv1.PermittedHostDevices
+	if err := json.Unmarshal(b, &p); err != nil {
+		return []string{fmt.Sprintf("KubeVirt device plugin: %s: %v", v.o.PermittedFile, err)}
+	}
+	compact, err := json.Marshal(p)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for _, res := range Resources(p) {
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(res)]; !ok || q.IsZero() {
+			problems = append(problems, fmt.Sprintf("node %s: resource %s is not allocatable yet", v.o.NodeName, res))
+		}
+	}
+	if node.Annotations[workload.PermittedAnnotation] == string(compact) {
+		return problems
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workload.PermittedAnnotation: string(compact)}}})
+	if _, err := v.o.Client.CoreV1().Nodes().Patch(ctx, v.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, workload.PermittedAnnotation, err))
+	}
+	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))
+	return problems
+}
+
+// Resources lists the resource names of the entries, sorted.
+func Resources(p kubevirtv1.PermittedHostDevices) []string {
+	var out []string
+	for _, e := range p.PciHostDevices {
+		out = append(out, e.ResourceName)
+	}
+	for _, e := range p.MediatedDevices {
+		out = append(out, e.ResourceName)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,178 @@
+package validator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+)
+
+// A real kube-apiserver and etcd (envtest) for the package.
+var (
+	testCfg    *rest.Config
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		skipReason = "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)"
+		os.Exit(m.Run())
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		os.Exit(1)
+	}
+	testCfg = cfg
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+type fixture struct {
+	cs        kubernetes.Interface
+	node      string
+	ready     string
+	permitted string
+	v         *Validator
+}
+
+func start(t *testing.T, name string, labels map[string]string) *fixture {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	cs, err := kubernetes.NewForConfig(testCfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	f := &fixture{cs: cs, node: name, ready: filepath.Join(dir, "vfio-manager.ready"), permitted: filepath.Join(dir, "permitted.json")}
+	f.v, err = New(Options{NodeName: name, Client: cs, VFIOReadyFile: f.ready, PermittedFile: f.permitted, Resync: time.Hour, Log: logr.Discard()})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- f.v.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		_ = cs.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return f
+}
+
+func (f *fixture) get(t *testing.T) *corev1.Node {
+	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), f.node, metav1.GetOptions{})
+	require.NoError(t, err)
+	return n
+}
+
+func (f *fixture) waitProblems(t *testing.T, want ...string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("problems %q", want), func() bool {
+		return fmt.Sprint(f.v.Report().Problems) == fmt.Sprint(want)
+	})
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	require.NoError(t, err)
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, b, 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+var a10 = kubevirtv1.PermittedHostDevices{PciHostDevices: []kubevirtv1.PciHostDevice{
+	{PCIVendorSelector: "10DE:2236", ResourceName: "nvidia.com/GA102GL_A10", ExternalResourceProvider: true},
+	// A model the curated table does not know: only publishing gets it to the CR.
+	{PCIVendorSelector: "10DE:9999", ResourceName: "nvidia.com/GB999_FUTURE", ExternalResourceProvider: true},
+}}
+
+func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
+	f := start(t, "gpu-a", map[string]string{
+		workload.DeployLabel(workload.VFIOManager): "true", workload.DeployLabel(workload.KubeVirtDevicePlugin): "true"})
+	f.waitProblems(t,
+		"KubeVirt device plugin: "+f.permitted+" does not exist yet",
+		"VFIO manager: "+f.ready+" does not exist yet")
+	require.False(t, f.v.Report().Ready)
+
+	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":false,"error":"0000:3b:00.0: in use"}`), 0o644))
+	writeJSON(t, f.permitted, a10)
+	f.waitProblems(t,
+		"VFIO manager: not ready: 0000:3b:00.0: in use",
+		"node gpu-a: resource nvidia.com/GA102GL_A10 is not allocatable yet",
+		"node gpu-a: resource nvidia.com/GB999_FUTURE is not allocatable yet")
+	compact, _ := json.Marshal(a10)
+	require.Equal(t, string(compact), f.get(t).Annotations[workload.PermittedAnnotation], "published before the kubelet advertises")
+
+	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
+	n := f.get(t)
+	n.Status.Capacity = corev1.ResourceList{"nvidia.com/GA102GL_A10": resource.MustParse("1"), "nvidia.com/GB999_FUTURE": resource.MustParse("1")}
+	n.Status.Allocatable = n.Status.Capacity
+	_, err := f.cs.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	f.waitProblems(t)
+	require.True(t, f.v.Report().Ready)
+
+	// Steady state: the same content rewritten causes a check but no write.
+	rv := f.get(t).ResourceVersion
+	before := f.v.Report().Time
+	writeJSON(t, f.permitted, a10)
+	testutil.Eventually(t, 10*time.Second, "a re-check", func() bool { return f.v.Report().Time.After(before) })
+	require.Equal(t, rv, f.get(t).ResourceVersion, "no write when nothing changed")
+
+	// The plugin's devices change: the annotation follows.
+	one := kubevirtv1.PermittedHostDevices{PciHostDevices: a10.PciHostDevices[:1]}
+	writeJSON(t, f.permitted, one)
+	compact, _ = json.Marshal(one)
+	testutil.Eventually(t, 10*time.Second, "the annotation to follow the file", func() bool {
+		return f.get(t).Annotations[workload.PermittedAnnotation] == string(compact)
+	})
+}
+
+func TestOnlyWhatTheDeployLabelsRun(t *testing.T) {
+	// A Kata node: no KubeVirt plugin, so nothing is published even if a
+	// stale file is there; the VFIO manager is still checked.
+	f := start(t, "gpu-kata", map[string]string{workload.DeployLabel(workload.VFIOManager): "true"})
+	writeJSON(t, f.permitted, a10)
+	f.waitProblems(t, "VFIO manager: "+f.ready+" does not exist yet")
+	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
+	f.waitProblems(t)
+	require.NotContains(t, f.get(t).Annotations, workload.PermittedAnnotation)
+
+	// Garbage is reported, with the file named.
+	n := f.get(t)
+	n.Labels[workload.DeployLabel(workload.KubeVirtDevicePlugin)] = "true"
+	_, err := f.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f.permitted, []byte("{not json"), 0o644))
+	testutil.Eventually(t, 10*time.Second, "a parse error naming the file", func() bool {
+		p := f.v.Report().Problems
+		return len(p) == 1 && strings.Contains(p[0], f.permitted)
+	})
+}
+
+func TestNewNeedsNodeAndClient(t *testing.T) {
+	_, err := New(Options{})
+	require.ErrorContains(t, err, "node name")
+	_, err = New(Options{NodeName: "x"})
+	require.ErrorContains(t, err, "client")
+}
