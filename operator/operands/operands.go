@@ -72,6 +72,9 @@ var builders = map[string]builder{
 	workload.NRIPlugin: {binary: "nri-gpu-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+			c := &ds.Spec.Template.Spec.Containers[0]
+			c.Args = []string{"--health-addr=:8083"}
+			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
 			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
 			mount(ds, "cdi", "/var/run/cdi", true)

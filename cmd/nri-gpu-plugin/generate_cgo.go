@@ -1,0 +1,20 @@
+//go:build cgo
+
+package main
+
+import (
+	"errors"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
+)
+
+func generate(o gpucdi.Options) (spec *cdispec.Spec, err error) {
+	lib, shutdown, err := gpucdi.OpenNVML(o)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, shutdown()) }()
+	return gpucdi.Generate(lib, o)
+}

@@ -1,0 +1,15 @@
+//go:build !cgo
+
+package main
+
+import (
+	"errors"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
+)
+
+func generate(gpucdi.Options) (*cdispec.Spec, error) {
+	return nil, errors.New("generate-cdi: this binary was built without cgo, which NVML needs (make build builds it with cgo)")
+}

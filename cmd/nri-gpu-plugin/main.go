@@ -1,0 +1,100 @@
+// Command nri-gpu-plugin is a containerd NRI plugin that gives each
+// ordinary container exactly the GPUs the kubelet allocated to it (see
+// package nri). `nri-gpu-plugin generate-cdi` writes a GPU CDI spec for
+// nodes without nvidia-ctk's.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/sandbox-gpu/sandbox-gpu/nri"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := mainErr(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nri-gpu-plugin:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "generate-cdi" {
+		return generateCDI(ctx, args[1:], stdout, stderr)
+	}
+	o := options{
+		cdiDirs:   list("/etc/cdi", "/var/run/cdi"),
+		resources: list(nri.DefaultResources...),
+		skip:      list("kata*"),
+	}
+	fs := flag.NewFlagSet("nri-gpu-plugin", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
+	fs.Var(&o.cdiDirs, "cdi-dir", "CDI spec folder (repeatable; default /etc/cdi and /var/run/cdi)")
+	fs.Var(&o.resources, "resource", "resource name whose devices are GPUs, path.Match patterns allowed (repeatable; default "+strings.Join(nri.DefaultResources, ", ")+")")
+	fs.StringVar(&o.cdiKind, "cdi-kind", "nvidia.com/gpu", "CDI kind of the GPU devices")
+	fs.StringVar(&o.index, "plugin-index", "10", "plugin index (two digits; order among NRI plugins)")
+	fs.StringVar(&o.name, "plugin-name", "sandbox-gpu", "plugin name")
+	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
+	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; default kata*)")
+	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+nri.RequestAnnotation+" annotation (repeatable; default none)")
+	fs.StringVar(&o.injection, "injection", nri.InjectAuto, "auto (CDI requests on containerd 2.1+, resolved edits elsewhere), cdi or edits")
+	fs.StringVar(&o.healthAddr, "health-addr", "", "address of /healthz, /readyz and /metrics (empty: none; the operand DaemonSet uses :8083)")
+	fs.BoolVar(&o.verbose, "v", false, "log every injection")
+	// Host roots of the contract; the plugin reads host paths only through
+	// the flags above, these are accepted for uniformity.
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs root")
+	fs.StringVar(&o.devRoot, "dev-root", "/dev", "dev root")
+	fs.StringVar(&o.procRoot, "proc-root", "/proc", "proc root")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "Usage of nri-gpu-plugin [generate-cdi]:")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	// Started by the runtime (pre-registered as NN-name in its plugin dir).
+	o.preregistered = os.Getenv(api.PluginSocketEnvVar) != ""
+	return run(ctx, o, stderr)
+}
+
+// listFlag is a repeatable flag whose first use replaces the default.
+type listFlag struct {
+	vals []string
+	set  bool
+}
+
+func list(defaults ...string) listFlag { return listFlag{vals: defaults} }
+
+func (l *listFlag) String() string { return strings.Join(l.vals, ",") }
+
+func (l *listFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("empty value")
+	}
+	if !l.set {
+		l.vals, l.set = nil, true
+	}
+	l.vals = append(l.vals, v)
+	return nil
+}

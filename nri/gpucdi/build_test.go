@@ -1,0 +1,159 @@
+package gpucdi
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+func twoGPUs() Inventory {
+	return Inventory{DriverVersion: testVersion, GPUs: []GPU{
+		{Index: 0, Minor: 0, UUID: "GPU-aaaa"},
+		{Index: 1, Minor: 3, UUID: "GPU-bbbb"},
+	}}
+}
+
+func TestBuildGPUsByIndexAndUUID(t *testing.T) {
+	h := newFakeHost(t, 0, 3)
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+
+	assert.Equal(t, DefaultKind, spec.Kind)
+	assert.Equal(t, []string{"0", "GPU-aaaa", "1", "GPU-bbbb", "all"}, deviceNames(spec))
+	gpu1 := []string{"/dev/nvidia3 " + filepath.Join(h.dev, "nvidia3") + " c 195:3"}
+	assert.Equal(t, gpu1, nodeSummary(device(t, spec, "1").ContainerEdits.DeviceNodes), "node by minor, not index")
+	assert.Equal(t, gpu1, nodeSummary(device(t, spec, "GPU-bbbb").ContainerEdits.DeviceNodes))
+	assert.Equal(t, []string{
+		"/dev/nvidia0 " + filepath.Join(h.dev, "nvidia0") + " c 195:0",
+		"/dev/nvidia3 " + filepath.Join(h.dev, "nvidia3") + " c 195:3",
+	}, nodeSummary(device(t, spec, "all").ContainerEdits.DeviceNodes))
+
+	assert.Equal(t, []string{"NVIDIA_VISIBLE_DEVICES=void"}, spec.ContainerEdits.Env)
+	assert.Empty(t, spec.ContainerEdits.Hooks, "no hooks: they fail in user namespaces")
+	for _, d := range spec.Devices {
+		assert.Empty(t, d.ContainerEdits.Hooks, d.Name)
+	}
+	want, err := cdispec.MinimumRequiredVersion(spec)
+	require.NoError(t, err)
+	assert.Equal(t, want, spec.Version)
+	require.NoError(t, Validate(spec))
+}
+
+func TestBuildKindAndEmptyUUID(t *testing.T) {
+	h := newFakeHost(t, 0)
+	o := h.opts()
+	o.Kind = "example.com/gpu"
+	spec, err := Build(Inventory{DriverVersion: testVersion, GPUs: []GPU{{Index: 0}}}, o)
+	require.NoError(t, err)
+	assert.Equal(t, "example.com/gpu", spec.Kind)
+	assert.Equal(t, []string{"0", "all"}, deviceNames(spec))
+
+	o.Kind = "not a kind"
+	_, err = Build(twoGPUs(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not a kind")
+}
+
+func TestBuildNoGPUs(t *testing.T) {
+	h := newFakeHost(t)
+	_, err := Build(Inventory{DriverVersion: testVersion}, h.opts())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no devices")
+}
+
+func TestBuildControlNodesOnlyWhenPresent(t *testing.T) {
+	h := newFakeHost(t, 0, 3)
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Empty(t, spec.ContainerEdits.DeviceNodes)
+
+	h.file(h.dev, "nvidiactl")
+	h.file(h.dev, "nvidia-uvm")
+	h.link(h.dev, "nvidia-modeset", "nowhere") // present, even dangling
+	spec, err = Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"/dev/nvidiactl " + filepath.Join(h.dev, "nvidiactl") + " c 195:255",
+		"/dev/nvidia-uvm " + filepath.Join(h.dev, "nvidia-uvm") + " c 508:0",
+		"/dev/nvidia-modeset " + filepath.Join(h.dev, "nvidia-modeset") + " c 195:254",
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "uvm's major from the character section of <proc>/devices")
+
+	h.file(h.dev, "nvidia-uvm-tools")
+	h.write(h.proc, "devices", "Character devices:\n195 nvidia-frontend\n")
+	spec, err = Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"/dev/nvidiactl " + filepath.Join(h.dev, "nvidiactl") + " c 195:255",
+		"/dev/nvidia-uvm " + filepath.Join(h.dev, "nvidia-uvm") + "  0:0",
+		"/dev/nvidia-uvm-tools " + filepath.Join(h.dev, "nvidia-uvm-tools") + "  0:0",
+		"/dev/nvidia-modeset " + filepath.Join(h.dev, "nvidia-modeset") + " c 195:254",
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "an unknown major is left to the runtime")
+}
+
+func migInventory() Inventory {
+	inv := twoGPUs()
+	inv.GPUs[1].MIG = []MIG{
+		{Index: 0, UUID: "MIG-1111", GI: 1, CI: 0},
+		{Index: 2, UUID: "MIG-2222", GI: 2, CI: 0},
+	}
+	return inv
+}
+
+func TestBuildMIGDevices(t *testing.T) {
+	h := newFakeHost(t, 0, 3)
+	// gpu<minor>: GPU 1 has minor 3.
+	h.write(h.proc, "driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\ngpu3/gi1/access 30\ngpu3/gi1/ci0/access 31\ngpu1/gi2/access 99\n")
+	h.write(h.proc, "driver/nvidia/capabilities/gpu3/mig/gi2/access", "DeviceFileMinor: 39\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	h.write(h.proc, "driver/nvidia/capabilities/gpu3/mig/gi2/ci0/access", "DeviceFileMinor: 40\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	spec, err := Build(migInventory(), h.opts())
+	require.NoError(t, err)
+
+	assert.Equal(t, []string{"0", "GPU-aaaa", "1", "GPU-bbbb", "1:0", "MIG-1111", "1:2", "MIG-2222", "all"}, deviceNames(spec))
+	caps := filepath.Join(h.dev, "nvidia-caps")
+	parent := "/dev/nvidia3 " + filepath.Join(h.dev, "nvidia3") + " c 195:3"
+	mig10 := []string{parent,
+		"/dev/nvidia-caps/nvidia-cap30 " + filepath.Join(caps, "nvidia-cap30") + " c 237:30",
+		"/dev/nvidia-caps/nvidia-cap31 " + filepath.Join(caps, "nvidia-cap31") + " c 237:31",
+	}
+	assert.Equal(t, mig10, nodeSummary(device(t, spec, "1:0").ContainerEdits.DeviceNodes), "from mig-minors")
+	assert.Equal(t, mig10, nodeSummary(device(t, spec, "MIG-1111").ContainerEdits.DeviceNodes))
+	assert.Equal(t, []string{parent,
+		"/dev/nvidia-caps/nvidia-cap39 " + filepath.Join(caps, "nvidia-cap39") + " c 237:39",
+		"/dev/nvidia-caps/nvidia-cap40 " + filepath.Join(caps, "nvidia-cap40") + " c 237:40",
+	}, nodeSummary(device(t, spec, "1:2").ContainerEdits.DeviceNodes), "from the access files")
+	assert.Len(t, device(t, spec, "all").ContainerEdits.DeviceNodes, 6, "both GPUs and four caps, each once")
+}
+
+func TestBuildMIGCapMissing(t *testing.T) {
+	h := newFakeHost(t, 0, 3)
+	h.write(h.proc, "driver/nvidia-caps/mig-minors", "gpu3/gi1/access 30\ngpu3/gi1/ci0/access 31\n")
+	_, err := Build(migInventory(), h.opts())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "MIG device 1:2 (MIG-2222)")
+	assert.Contains(t, err.Error(), "gpu3/gi2/access")
+
+	h.write(h.proc, "driver/nvidia/capabilities/gpu3/mig/gi2/access", "DeviceFileMode: 292\n")
+	_, err = Build(migInventory(), h.opts())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no DeviceFileMinor")
+}
+
+func TestBuildPreR470MIGUUIDIsNotAName(t *testing.T) {
+	h := newFakeHost(t, 0, 3)
+	h.write(h.proc, "driver/nvidia-caps/mig-minors", "gpu3/gi1/access 30\ngpu3/gi1/ci0/access 31\n")
+	inv := twoGPUs()
+	inv.GPUs[1].MIG = []MIG{{Index: 0, UUID: "MIG-GPU-bbbb/1/0", GI: 1, CI: 0}}
+	spec, err := Build(inv, h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"0", "GPU-aaaa", "1", "GPU-bbbb", "1:0", "all"}, deviceNames(spec))
+}
+
+func TestDevNodeNumbersFromACharacterDevice(t *testing.T) {
+	n := devNode("/dev", "null", nvidiaMajor, 7)
+	assert.Equal(t, []string{"/dev/null /dev/null c 1:3"}, nodeSummary([]*cdispec.DeviceNode{n}), "the node's own numbers win")
+	n = devNode("/dev", "no-such-node", 0, 7)
+	assert.Equal(t, []string{"/dev/no-such-node /dev/no-such-node  0:0"}, nodeSummary([]*cdispec.DeviceNode{n}))
+}

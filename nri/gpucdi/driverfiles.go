@@ -1,0 +1,153 @@
+package gpucdi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// driverFiles finds, inside root, the driver's libraries of version and
+// their links in libDirs, and the driver binaries in binDirs, as read-only
+// mounts sorted by container path. It fails when libcuda.so.<version> is
+// not among them.
+func driverFiles(root, version string, libDirs, binDirs []string) ([]*cdispec.Mount, error) {
+	if version == "" || strings.ContainsAny(version, "/*?[") {
+		return nil, fmt.Errorf("driver version %q: not a version", version)
+	}
+	libs, err := libraryMounts(root, version, libDirs)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(libs, func(m *cdispec.Mount) bool {
+		return path.Base(m.ContainerPath) == "libcuda.so."+version
+	}) {
+		return nil, fmt.Errorf("driver %s: libcuda.so.%s not found under driver root %s (searched %s)",
+			version, version, root, strings.Join(libDirs, ", "))
+	}
+	bins, err := binaryMounts(root, binDirs)
+	if err != nil {
+		return nil, err
+	}
+	mounts := append(libs, bins...)
+	slices.SortFunc(mounts, func(a, b *cdispec.Mount) int { return strings.Compare(a.ContainerPath, b.ContainerPath) })
+	return mounts, nil
+}
+
+// libraryMounts mounts every lib*.so.<version> of the folders, and every
+// other entry of the same folders that resolves to one of them, from the
+// resolved file.
+func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error) {
+	var mounts []*cdispec.Mount
+	seen := map[string]bool{} // resolved folders
+	for _, dir := range dirs {
+		rdir, names, err := readDirIn(root, dir)
+		if err != nil {
+			return nil, err
+		}
+		if seen[rdir] {
+			continue // /lib64 -> usr/lib64 on a merged-/usr root
+		}
+		seen[rdir] = true
+		targets := map[string]bool{} // resolved paths of this version's libraries
+		var links []string
+		for _, name := range names {
+			if !strings.HasPrefix(name, "lib") || !strings.HasSuffix(name, ".so."+version) {
+				links = append(links, name)
+				continue
+			}
+			target, ok, err := regularIn(root, path.Join(rdir, name))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				targets[target] = true
+				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
+			}
+		}
+		for _, name := range links {
+			target, ok, err := regularIn(root, path.Join(rdir, name))
+			if err != nil {
+				return nil, err
+			}
+			if ok && targets[target] {
+				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
+			}
+		}
+	}
+	return mounts, nil
+}
+
+// binaryMounts mounts the first of each driver binary found in the folders.
+func binaryMounts(root string, dirs []string) ([]*cdispec.Mount, error) {
+	var mounts []*cdispec.Mount
+	found := map[string]bool{}
+	for _, dir := range dirs {
+		rdir, names, err := readDirIn(root, dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range driverBinaries() {
+			if found[name] || !slices.Contains(names, name) {
+				continue
+			}
+			target, ok, err := regularIn(root, path.Join(rdir, name))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				found[name] = true
+				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
+			}
+		}
+	}
+	return mounts, nil
+}
+
+// readDirIn resolves dir inside root and lists it; a missing folder is
+// empty.
+func readDirIn(root, dir string) (string, []string, error) {
+	rdir, err := resolveIn(root, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dir, nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("driver folder %s under %s: %w", dir, root, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, rdir))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+		return rdir, nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("driver folder %s under %s: %w", dir, root, err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return rdir, names, nil
+}
+
+// regularIn resolves p inside root and says whether it is a regular file;
+// dangling links and loops are not, other errors are returned.
+func regularIn(root, p string) (string, bool, error) {
+	target, err := resolveIn(root, p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, errSymlinkLoop) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("driver file %s under %s: %w", p, root, err)
+	}
+	fi, err := os.Stat(filepath.Join(root, target))
+	if err != nil {
+		return "", false, fmt.Errorf("driver file %s under %s: %w", p, root, err)
+	}
+	return target, fi.Mode().IsRegular(), nil
+}

@@ -1,0 +1,89 @@
+package gpucdi
+
+import (
+	"path/filepath"
+)
+
+// DefaultKind is the CDI kind of the spec unless Options.Kind says otherwise.
+const DefaultKind = "nvidia.com/gpu"
+
+// Options are the injected host paths and the kind of a spec.
+type Options struct {
+	DevRoot    string // default /dev
+	DriverRoot string // default /
+	ProcRoot   string // default /proc
+	Kind       string // default DefaultKind
+	// LibDirs and BinDirs are the folders, inside DriverRoot, searched for
+	// driver libraries and binaries; default DefaultLibDirs() and
+	// DefaultBinDirs().
+	LibDirs []string
+	BinDirs []string
+}
+
+// DefaultLibDirs are the folders searched for driver libraries.
+func DefaultLibDirs() []string {
+	return []string{
+		"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
+		"/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu",
+		"/usr/lib64", "/lib64",
+	}
+}
+
+// DefaultBinDirs are the folders searched for driver binaries.
+func DefaultBinDirs() []string {
+	return []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"}
+}
+
+// driverBinaries are the binaries mounted when present: nvidia-ctk's
+// utility and compute sets.
+func driverBinaries() []string {
+	return []string{
+		"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced",
+		"nvidia-cuda-mps-control", "nvidia-cuda-mps-server",
+	}
+}
+
+func (o Options) withDefaults() Options {
+	o.DevRoot = orDefault(o.DevRoot, "/dev")
+	o.DriverRoot = orDefault(o.DriverRoot, "/")
+	o.ProcRoot = orDefault(o.ProcRoot, "/proc")
+	if o.Kind == "" {
+		o.Kind = DefaultKind
+	}
+	if o.LibDirs == nil {
+		o.LibDirs = DefaultLibDirs()
+	}
+	if o.BinDirs == nil {
+		o.BinDirs = DefaultBinDirs()
+	}
+	return o
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return filepath.Clean(v)
+}
+
+// Inventory is what NVML reports of a node, all a spec needs from it.
+type Inventory struct {
+	DriverVersion string // 550.54.15: libraries are lib*.so.<DriverVersion>
+	GPUs          []GPU
+}
+
+// GPU is one GPU.
+type GPU struct {
+	Index int    // NVML index: the CDI device name
+	Minor int    // /dev/nvidia<Minor>
+	UUID  string // GPU-...: a second CDI device name
+	MIG   []MIG  // the MIG devices, when MIG mode is enabled
+}
+
+// MIG is one MIG device of a GPU.
+type MIG struct {
+	Index int    // NVML MIG device index on its GPU: the name is <gpu>:<Index>
+	UUID  string // MIG-...: a second CDI device name
+	GI    int    // GPU instance ID
+	CI    int    // compute instance ID
+}

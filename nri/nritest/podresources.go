@@ -1,0 +1,143 @@
+// Package nritest holds what the NRI plugin's tests share: a kubelet
+// PodResources v1 server on a real unix socket, serving a table the test
+// changes at run time.
+package nritest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// PodResources is a fake kubelet PodResources server. Its answers follow
+// the kubelet's: Get of an unknown pod fails with "pod X in namespace Y not
+// found".
+type PodResources struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	Socket string
+	mu     sync.Mutex
+	pods   map[string]map[string]map[string][]string // ns/name -> container -> resource -> ids
+	gets   atomic.Int64
+	lists  atomic.Int64
+	srv    *grpc.Server
+}
+
+// StartPodResources serves on dir/kubelet.sock until the test ends.
+func StartPodResources(tb testing.TB, dir string) *PodResources {
+	tb.Helper()
+	f := &PodResources{Socket: filepath.Join(dir, "kubelet.sock"), pods: map[string]map[string]map[string][]string{}}
+	f.Start(tb)
+	tb.Cleanup(f.Stop)
+	return f
+}
+
+// Start (re)starts serving on the socket.
+func (f *PodResources) Start(tb testing.TB) {
+	tb.Helper()
+	_ = os.Remove(f.Socket)
+	ln, err := net.Listen("unix", f.Socket)
+	if err != nil {
+		tb.Fatalf("pod resources socket: %v", err)
+	}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, f)
+	f.mu.Lock()
+	f.srv = srv
+	f.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// Stop stops serving (the socket goes away, as when the kubelet stops).
+func (f *PodResources) Stop() {
+	f.mu.Lock()
+	srv := f.srv
+	f.srv = nil
+	f.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+// Set gives a pod's container devices of a resource (no ids: the container
+// exists without devices).
+func (f *PodResources) Set(ns, pod, container, resource string, ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := ns + "/" + pod
+	if f.pods[key] == nil {
+		f.pods[key] = map[string]map[string][]string{}
+	}
+	if f.pods[key][container] == nil {
+		f.pods[key][container] = map[string][]string{}
+	}
+	if len(ids) > 0 {
+		f.pods[key][container][resource] = ids
+	}
+}
+
+// Delete forgets a pod.
+func (f *PodResources) Delete(ns, pod string) {
+	f.mu.Lock()
+	delete(f.pods, ns+"/"+pod)
+	f.mu.Unlock()
+}
+
+// Calls returns the number of Get and List calls so far.
+func (f *PodResources) Calls() (gets, lists int64) { return f.gets.Load(), f.lists.Load() }
+
+func (f *PodResources) pod(key string) *podresourcesv1.PodResources {
+	ns, name, _ := strings.Cut(key, "/")
+	out := &podresourcesv1.PodResources{Name: name, Namespace: ns}
+	ctrs := f.pods[key]
+	for _, c := range sortedKeys(ctrs) {
+		cr := &podresourcesv1.ContainerResources{Name: c}
+		for _, r := range sortedKeys(ctrs[c]) {
+			cr.Devices = append(cr.Devices, &podresourcesv1.ContainerDevices{ResourceName: r, DeviceIds: ctrs[c][r]})
+		}
+		out.Containers = append(out.Containers, cr)
+	}
+	return out
+}
+
+// List implements the kubelet API.
+func (f *PodResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	f.lists.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, k := range sortedKeys(f.pods) {
+		resp.PodResources = append(resp.PodResources, f.pod(k))
+	}
+	return resp, nil
+}
+
+// Get implements the kubelet API.
+func (f *PodResources) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+	f.gets.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := req.PodNamespace + "/" + req.PodName
+	if _, ok := f.pods[key]; !ok {
+		return nil, fmt.Errorf("pod %s in namespace %s not found", req.PodName, req.PodNamespace)
+	}
+	return &podresourcesv1.GetPodResourcesResponse{PodResources: f.pod(key)}, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

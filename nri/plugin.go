@@ -1,0 +1,387 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Injection modes.
+const (
+	// InjectAuto uses CDI device requests on runtimes that resolve CDI
+	// (containerd 2.1 and later) and resolved edits elsewhere.
+	InjectAuto = "auto"
+	// InjectCDI always asks the runtime to resolve CDI device names.
+	InjectCDI = "cdi"
+	// InjectEdits always applies the resolved edits itself.
+	InjectEdits = "edits"
+)
+
+// RequestAnnotation on a pod asks for GPUs without an allocation ("all" or
+// comma-separated device IDs). It is honoured only in the namespaces of
+// Options.AnnotationNamespaces (management pods such as monitoring agents);
+// RequestAnnotation + "." + container name applies to one container.
+const RequestAnnotation = "sandbox-gpu.io/gpu-request"
+
+// VisibleDevicesEnv is NVIDIA's env request; the plugin sets it to "void"
+// wherever a container carries it, so NVIDIA's hooks inject nothing.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// Options configure the plugin.
+type Options struct {
+	// Resources are the kubelet resource names whose devices are GPUs;
+	// path.Match patterns ("nvidia.com/mig-*") are allowed.
+	Resources []string
+	// SkipRuntimeHandlers are path.Match patterns of sandboxed runtime
+	// handlers whose pods are left alone ("kata*").
+	SkipRuntimeHandlers []string
+	// AnnotationNamespaces may use RequestAnnotation.
+	AnnotationNamespaces []string
+	// FailOpen lets a container with an allocation start without its GPUs
+	// when they cannot be resolved (logged and counted) instead of failing.
+	FailOpen bool
+	// Injection is InjectAuto, InjectCDI or InjectEdits.
+	Injection string
+	Log       logr.Logger
+}
+
+// DefaultResources are NVIDIA's device plugin's GPU and MIG resources.
+var DefaultResources = []string{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"}
+
+// Plugin is the NRI plugin.
+type Plugin struct {
+	o       Options
+	res     *Resolver
+	pods    *cache
+	metrics *metrics
+	// useCDI is decided per runtime connection (Configure).
+	useCDI atomic.Bool
+}
+
+// New builds a plugin. reg may be nil.
+func New(o Options, res *Resolver, pods PodResources, reg prometheus.Registerer) (*Plugin, error) {
+	if res == nil || pods == nil {
+		return nil, errors.New("nri plugin: resolver and pod resources are required")
+	}
+	if len(o.Resources) == 0 {
+		o.Resources = DefaultResources
+	}
+	for _, p := range append(append([]string{}, o.Resources...), o.SkipRuntimeHandlers...) {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("pattern %q: %w", p, err)
+		}
+	}
+	switch o.Injection {
+	case "":
+		o.Injection = InjectAuto
+	case InjectAuto, InjectCDI, InjectEdits:
+	default:
+		return nil, fmt.Errorf("injection mode %q: want auto, cdi or edits", o.Injection)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{o: o, res: res, pods: newCache(pods), metrics: m}
+	p.useCDI.Store(o.Injection == InjectCDI)
+	return p, nil
+}
+
+// Configure picks the injection mode for the runtime that connected.
+func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
+	p.useCDI.Store(p.o.Injection == InjectCDI || p.o.Injection == InjectAuto && resolvesCDI(runtime, version))
+	p.o.Log.Info("Connected to the runtime", "runtime", runtime, "version", version, "cdiRequests", p.useCDI.Load())
+	return api.MustParseEventMask("RunPodSandbox,RemovePodSandbox,CreateContainer"), nil
+}
+
+// resolvesCDI reports whether the runtime resolves NRI CDI device requests
+// (containerd 2.1 added it).
+func resolvesCDI(runtime, version string) bool {
+	if runtime != "containerd" {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(version, "v"), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 1
+}
+
+// RunPodSandbox forgets a pod's cached allocations: a new sandbox may be a
+// new pod under an old name.
+func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.pods.forget(pod.GetNamespace(), pod.GetName())
+	return nil
+}
+
+// RemovePodSandbox forgets the pod.
+func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.pods.forget(pod.GetNamespace(), pod.GetName())
+	return nil
+}
+
+// CreateContainer gives the container exactly its GPUs.
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := time.Now()
+	adj, outcome, err := p.adjust(ctx, pod, ctr)
+	p.metrics.observe(outcome, time.Since(start))
+	if err != nil {
+		p.o.Log.Error(err, "Refused a container", "pod", podKey(pod), "container", ctr.GetName())
+		return nil, nil, err
+	}
+	return adj, nil, nil
+}
+
+func podKey(pod *api.PodSandbox) string { return pod.GetNamespace() + "/" + pod.GetName() }
+
+// adjust decides the adjustment; outcome labels the metric.
+func (p *Plugin) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, string, error) {
+	if p.skipped(pod) {
+		return nil, "skipped_sandboxed", nil
+	}
+	who := fmt.Sprintf("pod %s container %s", podKey(pod), ctr.GetName())
+	ids, lookupErr := p.gpuIDs(ctx, pod, ctr)
+	adj := &api.ContainerAdjustment{}
+	if lookupErr != nil {
+		// Cannot tell whether it holds GPUs: it gets none, and fails closed.
+		p.strip(adj, ctr, nil)
+		if !p.o.FailOpen {
+			return nil, "failed", fmt.Errorf("%s: cannot tell which GPUs the kubelet allocated: %w", who, lookupErr)
+		}
+		p.o.Log.Error(lookupErr, "Starting without GPUs (fail-open)", "pod", podKey(pod), "container", ctr.GetName())
+		return adj, "failed_open", nil
+	}
+	if len(ids) == 0 {
+		if extra := p.extraNodes(ctr, nil); len(extra) > 0 && !p.o.FailOpen {
+			return nil, "failed", fmt.Errorf("%s holds no GPU: %w: %s", who, errRuntimeAdded, strings.Join(extra, ", "))
+		}
+		p.strip(adj, ctr, nil)
+		return adj, "none", nil
+	}
+	names := make([]string, 0, len(ids))
+	for _, id := range ids {
+		n, err := p.res.Name(id)
+		if err != nil {
+			return p.failed(adj, ctr, fmt.Errorf("%s: %w", who, err))
+		}
+		names = append(names, n)
+	}
+	names = dedupe(names)
+	edits, missing, err := p.res.Edits(names)
+	if err != nil {
+		if len(missing) > 0 {
+			err = fmt.Errorf("%s: allocated GPUs missing from the CDI specs: %s", who, strings.Join(missing, ", "))
+		} else {
+			err = fmt.Errorf("%s: %w", who, err)
+		}
+		return p.failed(adj, ctr, err)
+	}
+	if inUserNS(pod, ctr) {
+		if hooks := hookPaths(edits.Hooks); len(hooks) > 0 {
+			return p.failed(adj, ctr, fmt.Errorf("%s: %w (hooks: %s)", who, errHooksInUserNS, strings.Join(hooks, "; ")))
+		}
+	}
+	want := map[string]bool{}
+	for _, d := range edits.Linux.Devices {
+		want[d.Path] = true
+	}
+	if extra := p.extraNodes(ctr, want); len(extra) > 0 && !p.o.FailOpen {
+		return nil, "failed", fmt.Errorf("%s: %w: %s", who, errRuntimeAdded, strings.Join(extra, ", "))
+	}
+	p.strip(adj, ctr, want)
+	if p.useCDI.Load() {
+		for _, n := range names {
+			adj.AddCDIDevice(&api.CDIDevice{Name: n})
+		}
+	} else {
+		editsAdjustment(adj, edits)
+	}
+	if hasEnv(ctr, VisibleDevicesEnv) {
+		adj.AddEnv(VisibleDevicesEnv, "void")
+	}
+	p.o.Log.V(1).Info("Injecting GPUs", "pod", podKey(pod), "container", ctr.GetName(), "devices", names)
+	return adj, "injected", nil
+}
+
+func (p *Plugin) failed(adj *api.ContainerAdjustment, ctr *api.Container, err error) (*api.ContainerAdjustment, string, error) {
+	if !p.o.FailOpen {
+		return nil, "failed", err
+	}
+	p.o.Log.Error(err, "Starting without GPUs (fail-open)")
+	p.strip(adj, ctr, nil)
+	return adj, "failed_open", nil
+}
+
+// errRuntimeAdded refuses a container into which the runtime itself put GPU
+// device nodes the kubelet did not allocate (from a cdi.k8s.io/ annotation
+// or CRI CDI request in the container's config).
+var errRuntimeAdded = errors.New("the runtime added GPU device nodes the kubelet did not allocate, " +
+	"which NRI cannot take out again (containerd/nri#216)")
+
+// extraNodes lists the container's GPU device nodes outside keep.
+func (p *Plugin) extraNodes(ctr *api.Container, keep map[string]bool) []string {
+	known := p.res.DevicePaths()
+	var out []string
+	for _, d := range ctr.GetLinux().GetDevices() {
+		if isGPUNode(d.GetPath(), known) && !keep[d.GetPath()] {
+			out = append(out, d.GetPath())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// strip takes away GPU device nodes the container must not have (any not
+// in keep), the annotations that ask a runtime for GPUs, and NVIDIA's env
+// request. Runtime-added nodes refuse the container unless it fails open;
+// then each is removed and also denied in the device cgroup: the NRI
+// runtime side up to v0.12.5 (containerd 2.4 included) drops a plugin's
+// removal of a device the runtime itself added (containerd/nri#216), so
+// the deny rule is what holds there (the node stays but cannot be opened).
+func (p *Plugin) strip(adj *api.ContainerAdjustment, ctr *api.Container, keep map[string]bool) {
+	known := p.res.DevicePaths()
+	kept := map[string]bool{}
+	for _, d := range ctr.GetLinux().GetDevices() {
+		if keep[d.GetPath()] {
+			kept[devNum(d.GetType(), d.GetMajor(), d.GetMinor())] = true
+		}
+	}
+	for _, d := range ctr.GetLinux().GetDevices() {
+		if !isGPUNode(d.GetPath(), known) || keep[d.GetPath()] {
+			continue
+		}
+		adj.RemoveDevice(d.GetPath())
+		if kept[devNum(d.GetType(), d.GetMajor(), d.GetMinor())] {
+			continue
+		}
+		if adj.Linux == nil {
+			adj.Linux = &api.LinuxContainerAdjustment{}
+		}
+		if adj.Linux.Resources == nil {
+			adj.Linux.Resources = &api.LinuxResources{}
+		}
+		typ := d.GetType()
+		if typ == "" {
+			typ = "c"
+		}
+		adj.Linux.Resources.Devices = append(adj.Linux.Resources.Devices, &api.LinuxDeviceCgroup{
+			Allow: false, Type: typ, Major: api.Int64(d.GetMajor()), Minor: api.Int64(d.GetMinor()), Access: "rwm"})
+	}
+	prefix := p.res.kind + "="
+	for k, v := range ctr.GetAnnotations() {
+		if (strings.HasPrefix(k, "cdi.k8s.io/") || strings.HasPrefix(k, "nvidia.cdi.k8s.io/")) && strings.Contains(v, prefix) {
+			adj.RemoveAnnotation(k)
+		}
+	}
+	if keep == nil && hasEnv(ctr, VisibleDevicesEnv) {
+		adj.AddEnv(VisibleDevicesEnv, "void")
+	}
+}
+
+func devNum(typ string, major, minor int64) string { return fmt.Sprintf("%s %d:%d", typ, major, minor) }
+
+// gpuIDs returns the device IDs of the configured resources the kubelet
+// allocated to the container, or what an allowed annotation asks for.
+func (p *Plugin) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]string, error) {
+	allocs, err := p.pods.get(ctx, pod.GetId(), pod.GetNamespace(), pod.GetName())
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	alloc := allocs[ctr.GetName()]
+	for _, res := range sortedResources(alloc) {
+		if p.gpuResource(res) {
+			ids = append(ids, alloc[res]...)
+		}
+	}
+	if len(ids) == 0 && p.annotationsAllowed(pod.GetNamespace()) {
+		ann := pod.GetAnnotations()
+		v, ok := ann[RequestAnnotation+"."+ctr.GetName()]
+		if !ok {
+			v = ann[RequestAnnotation]
+		}
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
+}
+
+func (p *Plugin) gpuResource(name string) bool {
+	for _, pat := range p.o.Resources {
+		if ok, _ := path.Match(pat, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) skipped(pod *api.PodSandbox) bool {
+	for _, pat := range p.o.SkipRuntimeHandlers {
+		if ok, _ := path.Match(pat, pod.GetRuntimeHandler()); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) annotationsAllowed(ns string) bool {
+	for _, n := range p.o.AnnotationNamespaces {
+		if n == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// inUserNS reports whether the pod or container runs in its own user
+// namespace (hostUsers: false).
+func inUserNS(pod *api.PodSandbox, ctr *api.Container) bool {
+	for _, ns := range append(pod.GetLinux().GetNamespaces(), ctr.GetLinux().GetNamespaces()...) {
+		if ns.GetType() == "user" {
+			return true
+		}
+	}
+	return false
+}
+
+func hasEnv(ctr *api.Container, key string) bool {
+	for _, kv := range ctr.GetEnv() {
+		if k, v, _ := strings.Cut(kv, "="); k == key && v != "void" {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedResources(a Allocation) []string {
+	out := make([]string, 0, len(a))
+	for k := range a {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	out := in[:0]
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package nri
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+)
+
+// Resolver maps device IDs to CDI device names of one kind and resolves
+// them with the CDI library.
+type Resolver struct {
+	kind  string
+	cache *cdi.Cache
+}
+
+// NewResolver watches the CDI spec dirs (auto-refresh).
+func NewResolver(kind string, dirs []string) (*Resolver, error) {
+	vendor, class := parser.ParseQualifier(kind)
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return nil, fmt.Errorf("CDI kind %q: %w", kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return nil, fmt.Errorf("CDI kind %q: %w", kind, err)
+	}
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(true))
+	if err != nil {
+		// Spec errors are per spec; one broken file must not stop the plugin.
+		if c == nil {
+			return nil, fmt.Errorf("CDI cache over %s: %w", strings.Join(dirs, ", "), err)
+		}
+	}
+	return &Resolver{kind: kind, cache: c}, nil
+}
+
+// Name is the CDI device name of a kubelet device ID. Device plugins that
+// share a GPU between replicas (time-slicing) append "::<replica>"; the
+// GPU is what is injected.
+func (r *Resolver) Name(id string) (string, error) {
+	base, _, _ := strings.Cut(id, "::")
+	if err := parser.ValidateDeviceName(base); err != nil {
+		return "", fmt.Errorf("device ID %q: not a CDI device name: %w", id, err)
+	}
+	return r.kind + "=" + base, nil
+}
+
+// Edits resolves CDI device names into the OCI edits they make. Names the
+// cache does not know are returned; a refresh is tried once first, so a
+// spec written a moment ago is found.
+func (r *Resolver) Edits(names []string) (*oci.Spec, []string, error) {
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	unresolved, err := r.cache.InjectDevices(spec, names...)
+	if len(unresolved) > 0 {
+		_ = r.cache.Refresh() // errors of other specs are not ours to report here
+		spec = &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+		unresolved, err = r.cache.InjectDevices(spec, names...)
+	}
+	if len(unresolved) > 0 {
+		return nil, unresolved, fmt.Errorf("unresolvable CDI devices %s", strings.Join(unresolved, ", "))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, nil, nil
+}
+
+// DevicePaths are the container paths of every device node the kind's
+// specs can inject: what counts as a GPU device node.
+func (r *Resolver) DevicePaths() map[string]bool {
+	out := map[string]bool{}
+	prefix := r.kind + "="
+	for _, name := range r.cache.ListDevices() {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		d := r.cache.GetDevice(name)
+		if d == nil {
+			continue
+		}
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			out[n.Path] = true
+		}
+		for _, n := range d.GetSpec().ContainerEdits.DeviceNodes {
+			out[n.Path] = true
+		}
+	}
+	return out
+}
+
+// isGPUNode reports whether a container device path is an NVIDIA GPU node
+// (by name, or because a GPU CDI spec injects it).
+func isGPUNode(p string, known map[string]bool) bool {
+	return known[p] || strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/dxg")
+}
+
+// errHooksInUserNS is returned for a pod in a user namespace whose devices
+// bring OCI hooks.
+var errHooksInUserNS = errors.New("the CDI edits carry OCI hooks, which fail inside a user namespace (hostUsers: false); " +
+	"use a CDI spec without hooks (nri-gpu-plugin generate-cdi writes one)")
+
+func hookPaths(h *oci.Hooks) []string {
+	if h == nil {
+		return nil
+	}
+	var out []string
+	//lint:ignore SA1019 Prestart is deprecated but runtimes still run it
+	for _, list := range [][]oci.Hook{h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop} {
+		for _, x := range list {
+			out = append(out, path.Base(x.Path)+" "+strings.Join(x.Args[min(1, len(x.Args)):], " "))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// editsAdjustment turns resolved OCI edits into an NRI adjustment.
+func editsAdjustment(adj *api.ContainerAdjustment, s *oci.Spec) {
+	for _, d := range api.FromOCILinuxDevices(s.Linux.Devices) {
+		adj.AddDevice(d)
+	}
+	for _, m := range s.Mounts {
+		adj.AddMount(&api.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
+	}
+	for _, kv := range s.Process.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		adj.AddEnv(k, v)
+	}
+	if s.Hooks != nil {
+		adj.AddHooks(api.FromOCIHooks(s.Hooks))
+	}
+}

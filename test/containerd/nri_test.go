@@ -1,0 +1,174 @@
+package containerd
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gpuNumbered matches the per-GPU nodes (/dev/nvidia0, ...), not /dev/nvidiactl and friends.
+var gpuNumbered = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
+
+// TestPlugin runs cmd/nri-gpu-plugin, as a built binary, against a real containerd and a fake
+// kubelet: a container gets exactly the GPUs the kubelet's PodResources API says it holds (as the
+// CDI spec's device nodes and common edits), nothing without an allocation whatever it asks for,
+// nothing in a Kata pod, and the plugin reconnects when containerd restarts.
+func TestPlugin(t *testing.T) {
+	env := requireHostEnv(t)
+	bin := pluginBinary(t)
+	d := startDaemon(t, env)
+	spec := writeCDISpec(t, d)
+	gpu0, gpu1, gpu2 := spec.byIndex(t, "0"), spec.byIndex(t, "1"), spec.byIndex(t, "2")
+	kl := startFakeKubelet(t, d.path("pr.sock"), map[string][]string{cdiKind: {"0", "1", "2"}})
+	p := startPlugin(t, bin, pluginArgs(d, kl)...)
+	waitConnected(t, d, p)
+	const ns = "gpu-test"
+
+	t.Run("allocated", func(t *testing.T) {
+		// Two GPUs to one container; its sidecar, known to the kubelet, holds none.
+		kl.allocate(ns, "alloc", "cuda", cdiKind, "0", "2")
+		kl.allocate(ns, "alloc", "sidecar", "example.com/other", "x")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "alloc"})
+		cuda, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
+		require.NoError(t, err)
+		assert.Equal(t, spec.want(gpu0, gpu2), gpuNodes(d.charDevices(t, cuda)),
+			"allocation {%s: [0 2]}: /dev/nvidia0, /dev/nvidia2 and the common /dev/nvidiactl, not /dev/nvidia1", cdiKind)
+		e := d.environ(t, cuda)
+		assert.Equal(t, "1", e[commonEnv], "the CDI spec's common env edit")
+		t.Logf("report: env of the allocated container: NVIDIA_VISIBLE_DEVICES=%q", e["NVIDIA_VISIBLE_DEVICES"])
+		sidecar, err := d.startContainer(t, pd, ctrOpts{name: "sidecar"})
+		require.NoError(t, err)
+		assert.Empty(t, gpuNodes(d.charDevices(t, sidecar)), "the sidecar holds no GPU")
+	})
+
+	t.Run("allocated-by-uuid", func(t *testing.T) {
+		// The NVIDIA device plugin's default device IDs are GPU UUIDs: CDI device names too.
+		kl.allocate(ns, "by-uuid", "cuda", cdiKind, gpu1.uuid)
+		pd := d.runPod(t, podOpts{namespace: ns, name: "by-uuid"})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
+		require.NoError(t, err)
+		assert.Equal(t, spec.want(gpu1), gpuNodes(d.charDevices(t, id)))
+	})
+
+	t.Run("unallocated", func(t *testing.T) {
+		// Known to the kubelet, no devices; it asks for all GPUs every way but the kubelet's:
+		// containerd ignores a pod's cdi.k8s.io/ annotations (TestHarness/cdi-pod-annotation-ignored)
+		// and the nvidia.com/gpu.request container annotation, so any GPU node would be the plugin's.
+		// The plugin's own sandbox-gpu.io/gpu-request pod annotation counts only in namespaces
+		// given with --annotation-namespace (none here).
+		kl.setPod(ns, "greedy", "cuda")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "greedy", annotations: map[string]string{
+			"cdi.k8s.io/gpu":             cdiKind + "=all",
+			"sandbox-gpu.io/gpu-request": "all",
+		}})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda",
+			env:         map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"},
+			annotations: map[string]string{"nvidia.com/gpu.request": "all"}})
+		require.NoError(t, err)
+		assert.Empty(t, gpuNodes(d.charDevices(t, id)))
+		t.Logf("report: env of the unallocated container: NVIDIA_VISIBLE_DEVICES=%q", d.environ(t, id)["NVIDIA_VISIBLE_DEVICES"])
+	})
+
+	t.Run("unknown-pod", func(t *testing.T) {
+		// A pod the kubelet does not know (Get answers "not found"): it runs, with no GPU.
+		pd := d.runPod(t, podOpts{namespace: ns, name: "stranger"})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda", env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}})
+		require.NoError(t, err)
+		assert.Empty(t, gpuNodes(d.charDevices(t, id)))
+	})
+
+	t.Run("runtime-added-nodes-removed", func(t *testing.T) {
+		// containerd itself injects CDI devices named by a container's cdi.k8s.io/ annotation
+		// (TestHarness/cdi-container-annotation), before NRI. Without an allocation the container must
+		// not run with them: the plugin removes them, or refuses the container.
+		kl.setPod(ns, "sneaky", "cuda")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "sneaky"})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda",
+			annotations: map[string]string{"cdi.k8s.io/sneaky": cdiKind + "=all"}})
+		if refused(t, err, pd) {
+			return
+		}
+		nodes := gpuNodes(d.charDevices(t, id))
+		for n := range nodes {
+			assert.NotRegexp(t, gpuNumbered, n, "GPU node in a container without an allocation")
+		}
+		t.Logf("report: nodes left in the unallocated container whose annotation containerd honoured: %v", nodes)
+	})
+
+	t.Run("allocated-only-its-own", func(t *testing.T) {
+		// One GPU allocated, another one asked for by annotation (containerd injects it): the
+		// container runs with the allocated one only, or is refused.
+		kl.allocate(ns, "extra", "cuda", cdiKind, "0")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "extra"})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda",
+			annotations: map[string]string{"cdi.k8s.io/extra": cdiKind + "=1"}})
+		if refused(t, err, pd) {
+			return
+		}
+		assert.Equal(t, spec.want(gpu0), gpuNodes(d.charDevices(t, id)))
+	})
+
+	t.Run("kata-handler", func(t *testing.T) {
+		// A sandboxed pod (runtime handler kata*) is left alone even with an allocation: its GPUs go
+		// to the guest by VFIO, not as device nodes of the host.
+		kl.allocate(ns, "kata", "cuda", cdiKind, "0", "1")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "kata", handler: kataHandler})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
+		require.NoError(t, err)
+		assert.Empty(t, gpuNodes(d.charDevices(t, id)), "pod on runtime handler %s", kataHandler)
+	})
+
+	t.Run("fail-closed", func(t *testing.T) {
+		// An allocated device the CDI spec does not know: the container is not created without it,
+		// and the error names the pod, the container and the device.
+		kl.allocate(ns, "missing", "cuda", cdiKind, "7")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "missing"})
+		_, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
+		require.Error(t, err, "a container whose allocated GPU 7 is not in the CDI spec must not run")
+		for _, s := range []string{"missing", "cuda", "7"} {
+			assert.Contains(t, err.Error(), s)
+		}
+		t.Logf("report: %v", err)
+	})
+
+	t.Run("containerd-restart", func(t *testing.T) {
+		kl.allocate(ns, "before", "cuda", cdiKind, "1")
+		pb := d.runPod(t, podOpts{namespace: ns, name: "before"})
+		before, err := d.startContainer(t, pb, ctrOpts{name: "cuda"})
+		require.NoError(t, err)
+		require.Equal(t, spec.want(gpu1), gpuNodes(d.charDevices(t, before)))
+
+		d.restart(t)
+		require.True(t, p.running(), "nri-gpu-plugin exited when containerd stopped: %v", p.waitErr)
+		waitConnected(t, d, p) // on the restarted containerd's log
+
+		// The running container kept its GPU; a new one gets its own.
+		assert.Equal(t, spec.want(gpu1), gpuNodes(d.charDevices(t, before)))
+		kl.allocate(ns, "after", "cuda", cdiKind, "2")
+		pa := d.runPod(t, podOpts{namespace: ns, name: "after"})
+		after, err := d.startContainer(t, pa, ctrOpts{name: "cuda"})
+		require.NoError(t, err)
+		assert.Equal(t, spec.want(gpu2), gpuNodes(d.charDevices(t, after)))
+	})
+
+	t.Run("sigterm", func(t *testing.T) {
+		p.stop(t, exitWithin)
+	})
+	t.Logf("PodResources calls: %v", kl.callCounts())
+}
+
+// refused tells whether the container was refused, requiring the error to name the pod. containerd
+// 2.4.2 (NRI v0.12.3) does not apply an NRI RemoveDevice of a device already in the container's spec
+// (pkg/adaptation/result.go forwards device removals only among plugins; containerd/nri#216), so
+// refusing the container is how a plugin keeps such devices out there.
+func refused(t *testing.T, err error, p *pod) bool {
+	t.Helper()
+	if err == nil {
+		return false
+	}
+	assert.Contains(t, err.Error(), p.name(), "the refusal names the pod")
+	t.Logf("report: refused: %v", err)
+	return true
+}

@@ -1,0 +1,190 @@
+package containerd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// pluginEnv runs a prebuilt plugin binary instead of building ./cmd/nri-gpu-plugin.
+	pluginEnv = "SANDBOX_GPU_NRI_PLUGIN"
+	// pluginIndex is the --plugin-index the suite gives the plugin: containerd names an external
+	// plugin "<index>-<name>" in its log, which is how the suite sees it connect.
+	pluginIndex = "10"
+)
+
+// errNoPlugin marks a checkout without the plugin's sources (the plugin tests skip).
+var errNoPlugin = errors.New("cmd/nri-gpu-plugin is not in this checkout")
+
+// binDir holds the plugin binary, built once per test process; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// builtPlugin builds the plugin once, on first use, so that a run selecting only TestHarness builds
+// nothing.
+var builtPlugin = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv(pluginEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", pluginEnv, p, err)
+		}
+		return p, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(root, "cmd", "nri-gpu-plugin")); err != nil {
+		return "", fmt.Errorf("%w: %w", errNoPlugin, err)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("no go tool to build the plugin: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "nribin")
+	if err != nil {
+		return "", fmt.Errorf("plugin binary folder: %w", err)
+	}
+	binDir = dir
+	out := filepath.Join(dir, "nri-gpu-plugin")
+	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/nri-gpu-plugin")
+	cmd.Dir = root
+	// The product module is built on its own, whatever go.work or GOFLAGS the test run has.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/nri-gpu-plugin in %s: %w\n%s", root, err, msg)
+	}
+	return out, nil
+})
+
+// pluginBinary returns the plugin binary; it skips the test when the checkout has no plugin sources,
+// and fails it when they do not build.
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	start := time.Now()
+	bin, err := builtPlugin()
+	if errors.Is(err, errNoPlugin) {
+		t.Skipf("skipping the NRI plugin tests: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("building the NRI plugin: %v", err)
+	}
+	t.Logf("plugin binary %s (%v)", bin, time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// pluginArgs is the plugin's command line contract: containerd's NRI socket, the kubelet's
+// PodResources socket, the CDI folder (the same containerd resolves CDI devices from), the resource
+// the kubelet allocates, the CDI kind its device IDs are names of, and the NRI plugin index.
+func pluginArgs(d *daemon, k *fakeKubelet) []string {
+	return []string{
+		"--nri-socket", d.nriSocket(),
+		"--pod-resources-socket", k.socket,
+		"--cdi-dir", d.cdiDir(),
+		"--resource", cdiKind,
+		"--cdi-kind", cdiKind,
+		"--plugin-index", pluginIndex,
+	}
+}
+
+// pluginProc is the plugin running as a subprocess, in a process group of its own.
+type pluginProc struct {
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	done    chan struct{} // closed when the process has been waited for
+	waitErr error
+}
+
+// startPlugin starts the plugin binary. The test fails if it is still running at the end of the
+// test (it is then killed); its output is logged when the test fails.
+func startPlugin(t *testing.T, bin string, args ...string) *pluginProc {
+	t.Helper()
+	p := &pluginProc{out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if p.running() {
+			t.Errorf("nri-gpu-plugin (pid %d) still running at the end of the test; killing it", p.cmd.Process.Pid)
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("nri-gpu-plugin %s (exit: %v) output:\n%s", strings.Join(args, " "), p.waitErr, p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *pluginProc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM and requires the plugin to exit 0 within the deadline, leaving no process of
+// its group behind.
+func (p *pluginProc) stop(t *testing.T, within time.Duration) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("SIGTERM nri-gpu-plugin (pid %d): %v", pid, err)
+	}
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+	case <-timer.C:
+		t.Fatalf("nri-gpu-plugin (pid %d) did not exit within %v of SIGTERM", pid, within)
+	}
+	if p.waitErr != nil {
+		t.Errorf("nri-gpu-plugin (pid %d) on SIGTERM: %v, want exit status 0", pid, p.waitErr)
+	}
+	if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("nri-gpu-plugin (pid %d) left processes in its group behind (kill -0: %v)", pid, err)
+	}
+}
+
+// waitConnected waits until the running containerd logs that the plugin (by its index) connected
+// and synchronized: containerd's NRI adaptation logs `plugin "<index>-<name>" connected and
+// synchronized` at info level once the plugin has registered and answered Synchronize.
+func waitConnected(t *testing.T, d *daemon, p *pluginProc) {
+	t.Helper()
+	start := time.Now()
+	r := d.current()
+	err := poll(connectWithin, func() bool {
+		return !p.running() || len(r.log.lines(`"`+pluginIndex+"-", "connected and synchronized")) > 0
+	})
+	if !p.running() {
+		t.Fatalf("nri-gpu-plugin exited (%v) before connecting to containerd", p.waitErr)
+	}
+	if err != nil {
+		t.Fatalf("containerd never logged plugin %q connected and synchronized: %v", pluginIndex+"-*", err)
+	}
+	t.Logf("plugin connected to containerd run %d within %v: %s", len(d.runs), time.Since(start).Round(time.Millisecond),
+		r.log.lines(`"`+pluginIndex+"-", "connected and synchronized")[0])
+}
