@@ -10,6 +10,9 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
 )
 
+// withCGO says whether NVML can be loaded.
+const withCGO = true
+
 func generate(o gpucdi.Options) (spec *cdispec.Spec, err error) {
 	lib, shutdown, err := gpucdi.OpenNVML(o)
 	if err != nil {

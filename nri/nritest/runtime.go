@@ -21,6 +21,8 @@ type Runtime struct {
 	mu      sync.Mutex
 	r       *adaptation.Adaptation
 	joins   int
+	pending int        // plugins synchronized, not yet listed
+	started bool       // the start-up sync (pre-installed plugins) is done
 	conns   []net.Conn // plugin connections made through Dial
 	pods    []*api.PodSandbox
 	ctrs    []*api.Container
@@ -44,10 +46,19 @@ func (rt *Runtime) Start() {
 		pods, ctrs := rt.pods, rt.ctrs
 		rt.mu.Unlock()
 		_, err := cb(ctx, pods, ctrs)
+		rt.mu.Lock()
+		if rt.started && err == nil {
+			rt.pending++ // an external plugin, listed next
+		}
+		rt.started = true
+		rt.mu.Unlock()
 		return err
 	}
 	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
 	dir := filepath.Dir(rt.Socket)
+	rt.mu.Lock()
+	rt.started, rt.pending = false, 0
+	rt.mu.Unlock()
 	r, err := adaptation.New("containerd", rt.version, syncFn, update, adaptation.WithSocketPath(rt.Socket),
 		adaptation.WithMetrics(&joinCounter{rt: rt}),
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf")))
@@ -131,21 +142,17 @@ func (rt *Runtime) Create(pod *api.PodSandbox, ctr *api.Container) (*api.Contain
 }
 
 // joinCounter counts plugins that joined: the runtime side updates its
-// plugin count right after a synchronized plugin enters its list.
-type joinCounter struct {
-	rt   *Runtime
-	last int
-}
+// plugin count right after a synchronized external plugin enters its list
+// (the sync itself is seen in the SyncFn).
+type joinCounter struct{ rt *Runtime }
 
 func (j *joinCounter) RecordPluginInvocation(string, string, error)      {}
 func (j *joinCounter) RecordPluginLatency(string, string, time.Duration) {}
 func (j *joinCounter) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {
 }
-func (j *joinCounter) UpdatePluginCount(n int) {
+func (j *joinCounter) UpdatePluginCount(int) {
 	j.rt.mu.Lock()
 	defer j.rt.mu.Unlock()
-	if n > j.last {
-		j.rt.joins++
-	}
-	j.last = n
+	j.rt.joins += j.rt.pending
+	j.rt.pending = 0
 }
