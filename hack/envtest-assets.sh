@@ -41,7 +41,11 @@ dir=${SANDBOX_GPU_ENVTEST_BIN_DIR:-$root/.cache/envtest-bin}/${k8s_version#v}
 up_to_date() {
 	[ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] || return 1
 	[ "$("$dir/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
-	"$dir/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}"
+	# Read the whole output first: grep -q would stop reading at the first match, and the SIGPIPE
+	# etcd then gets fails the pipeline under pipefail when etcd is slower than grep.
+	local out
+	out=$("$dir/etcd" --version 2>/dev/null) || return 1
+	grep -qx "etcd Version: ${etcd_version#v}" <<<"$out"
 }
 
 if up_to_date; then
