@@ -3,6 +3,8 @@ package nri
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	tu "github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
@@ -335,7 +338,7 @@ func TestSynchronizeReportsContainersMissingDevices(t *testing.T) {
 	bad := ctr("bad", nil, "/dev/nvidia1")
 	ok.PodSandboxId, bad.PodSandboxId = p.Id, p.Id
 	ok.State, bad.State = api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_RUNNING
-	missing, err := f.plugin.check(context.Background(), []*api.PodSandbox{p}, []*api.Container{ok, bad})
+	missing, err := f.plugin.core().check(context.Background(), []*api.PodSandbox{p}, []*api.Container{ok, bad})
 	require.NoError(t, err)
 	require.Len(t, missing, 1)
 	assert.Equal(t, Missing{Pod: "ml/old", Container: "bad", Devices: []string{"/dev/nvidia2", "/dev/nvidiactl"}}, missing[0])
@@ -345,7 +348,9 @@ func TestSynchronizeReportsContainersMissingDevices(t *testing.T) {
 	f.rt.Stop()
 	f.rt.Start()
 	f.waitConnections(t, 2)
-	assert.Equal(t, 1.0, testutil.ToFloat64(f.plugin.metrics.missing))
+	tu.Eventually(t, 10*time.Second, "the background check to count the container", func() bool {
+		return testutil.ToFloat64(f.plugin.metrics.missing) == 1
+	})
 	assert.GreaterOrEqual(t, testutil.ToFloat64(f.plugin.metrics.connections), 2.0)
 }
 
@@ -423,7 +428,7 @@ func TestTables(t *testing.T) {
 	require.NoError(t, err)
 	for name, want := range map[string]bool{"nvidia.com/gpu": true, "nvidia.com/mig-1g.10gb": true, "nvidia.com/gpu.shared": true,
 		"nvidia.com/pgpu": false, "nvidia.com/GA102GL_A10": false, "amd.com/gpu": false} {
-		assert.Equal(t, want, p.gpuResource(name), name)
+		assert.Equal(t, want, p.core().gpuResource(name), name)
 	}
 	assert.True(t, strings.HasPrefix(errHooksInUserNS.Error(), "the CDI edits carry OCI hooks"))
 }
@@ -442,7 +447,7 @@ func TestAdjustmentRemovesNodesAndAnnotations(t *testing.T) {
 	require.NoError(t, err)
 	c := ctr("main", nil, "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/fuse")
 	c.Annotations = map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=1", "cdi.k8s.io/nic": "example.com/nic=eth1", "nvidia.cdi.k8s.io/y": "nvidia.com/gpu=all"}
-	a, outcome, err := p.adjust(context.Background(), pod("ml", "a", "runc"), c)
+	a, outcome, err := p.core().adjust(context.Background(), pod("ml", "a", "runc"), c)
 	require.NoError(t, err)
 	assert.Equal(t, "injected", outcome)
 	_, removed := devicePaths(a)
@@ -456,7 +461,71 @@ func TestAdjustmentRemovesNodesAndAnnotations(t *testing.T) {
 	alias := hostDevice("/dev/nvidia1")
 	alias.Path = "/dev/nvidia-alias"
 	c.Linux.Devices = append(c.Linux.Devices, alias)
-	a, _, err = p.adjust(context.Background(), pod("ml", "b", "runc"), c)
+	a, _, err = p.core().adjust(context.Background(), pod("ml", "b", "runc"), c)
 	require.NoError(t, err)
 	assert.Empty(t, denied(a))
+}
+
+func TestInitContainersFromTheKubeletCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(3, false))
+	res, err := NewResolver("nvidia.com/gpu", []string{dir})
+	require.NoError(t, err)
+	// The PodResources API lists only the app container.
+	pods := &staticPods{m: map[string]PodAllocations{"ml/a": {"main": {"nvidia.com/gpu": {"0"}}}}}
+	cp := filepath.Join(dir, "kubelet_internal_checkpoint")
+	p, err := New(Options{Checkpoint: &Checkpoint{Path: cp}, Injection: InjectCDI}, res, pods, nil)
+	require.NoError(t, err)
+	sb := pod("ml", "a", "runc")
+	sb.Uid = "uid-a"
+
+	// No checkpoint file: an unlisted container holds nothing.
+	a, outcome, err := p.core().adjust(context.Background(), sb, ctr("setup", nil))
+	require.NoError(t, err)
+	assert.Equal(t, "none", outcome)
+	assert.Empty(t, cdiNames(a))
+
+	require.NoError(t, os.WriteFile(cp, []byte(`{"Data":{"PodDeviceEntries":[
+		{"PodUID":"uid-a","ContainerName":"setup","ResourceName":"nvidia.com/gpu","DeviceIDs":{"0":["1"],"1":["2"]},"AllocResp":""},
+		{"PodUID":"uid-a","ContainerName":"main","ResourceName":"nvidia.com/gpu","DeviceIDs":{"0":["0"]},"AllocResp":""},
+		{"PodUID":"uid-other","ContainerName":"setup","ResourceName":"nvidia.com/gpu","DeviceIDs":{"0":["0"]},"AllocResp":""}],
+		"RegisteredDevices":{"nvidia.com/gpu":["0","1","2"]}},"Checksum":1}`), 0o644))
+	a, _, err = p.core().adjust(context.Background(), sb, ctr("setup", nil))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"nvidia.com/gpu=1", "nvidia.com/gpu=2"}, cdiNames(a))
+	// A listed container comes from the API, never the file.
+	a, _, err = p.core().adjust(context.Background(), sb, ctr("main", nil))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"nvidia.com/gpu=0"}, cdiNames(a))
+
+	// Old kubelets wrote a plain list; garbage is an error naming the file.
+	require.NoError(t, os.WriteFile(cp, []byte(`{"Data":{"PodDeviceEntries":[{"PodUID":"uid-a","ContainerName":"setup","ResourceName":"nvidia.com/gpu","DeviceIDs":["2"]}]}}`), 0o644))
+	a, _, err = p.core().adjust(context.Background(), sb, ctr("setup", nil))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"nvidia.com/gpu=2"}, cdiNames(a))
+	require.NoError(t, os.WriteFile(cp, []byte(`{`), 0o644))
+	_, _, err = p.core().adjust(context.Background(), sb, ctr("setup", nil))
+	require.ErrorContains(t, err, "cannot tell which GPUs")
+	require.ErrorContains(t, err, cp)
+}
+
+func TestSlowKubeletFailsClosedInsideTheRuntimeBudget(t *testing.T) {
+	dir := t.TempDir()
+	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(1, false))
+	res, err := NewResolver("nvidia.com/gpu", []string{dir})
+	require.NoError(t, err)
+	kubelet := nritest.StartPodResources(t, kubelettest.ShortDir(t))
+	kubelet.Set("ml", "slow", "main", "nvidia.com/gpu", "0")
+	release := kubelet.Delay()
+	defer release()
+	src, err := NewKubeletPodResources(kubelet.Socket, 100*time.Millisecond)
+	require.NoError(t, err)
+	defer src.Close()
+	p, err := New(Options{}, res, src, nil)
+	require.NoError(t, err)
+	start := time.Now()
+	_, _, err = p.CreateContainer(context.Background(), pod("ml", "slow", "runc"), ctr("main", nil))
+	require.ErrorContains(t, err, "pod ml/slow container main: cannot tell which GPUs the kubelet allocated")
+	require.ErrorContains(t, err, "DeadlineExceeded")
+	assert.Less(t, time.Since(start), 2*time.Second, "an answer before the runtime gives up on the plugin")
 }

@@ -51,24 +51,53 @@ type Options struct {
 	FailOpen bool
 	// Injection is InjectAuto, InjectCDI or InjectEdits.
 	Injection string
-	Log       logr.Logger
+	// Checkpoint, when set, gives the allocations of containers the
+	// PodResources API does not list (ordinary init containers).
+	Checkpoint *Checkpoint
+	Log        logr.Logger
 }
 
 // DefaultResources are NVIDIA's device plugin's GPU and MIG resources.
 var DefaultResources = []string{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"}
 
-// Plugin is the NRI plugin.
+// Plugin is the NRI plugin. Its policy (options, resolver, pod cache) can be
+// replaced when the runtime hands it a config (pre-registered plugins get
+// their settings that way).
 type Plugin struct {
+	c       atomic.Pointer[core]
+	metrics *metrics
+	// useCDI is decided per runtime connection (Configure).
+	useCDI      atomic.Bool
+	reconfigure func(config string) (Options, *Resolver, PodResources, error)
+	syncing     atomic.Bool
+}
+
+// core is one configuration of the plugin.
+type core struct {
 	o       Options
 	res     *Resolver
 	pods    *cache
 	metrics *metrics
-	// useCDI is decided per runtime connection (Configure).
-	useCDI atomic.Bool
+	useCDI  *atomic.Bool
 }
 
 // New builds a plugin. reg may be nil.
 func New(o Options, res *Resolver, pods PodResources, reg prometheus.Registerer) (*Plugin, error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{metrics: m}
+	c, err := p.newCore(o, res, pods)
+	if err != nil {
+		return nil, err
+	}
+	p.c.Store(c)
+	p.useCDI.Store(c.o.Injection == InjectCDI)
+	return p, nil
+}
+
+func (p *Plugin) newCore(o Options, res *Resolver, pods PodResources) (*core, error) {
 	if res == nil || pods == nil {
 		return nil, errors.New("nri plugin: resolver and pod resources are required")
 	}
@@ -87,19 +116,37 @@ func New(o Options, res *Resolver, pods PodResources, reg prometheus.Registerer)
 	default:
 		return nil, fmt.Errorf("injection mode %q: want auto, cdi or edits", o.Injection)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
-	p := &Plugin{o: o, res: res, pods: newCache(pods), metrics: m}
-	p.useCDI.Store(o.Injection == InjectCDI)
-	return p, nil
+	return &core{o: o, res: res, pods: newCache(pods), metrics: p.metrics, useCDI: &p.useCDI}, nil
 }
 
-// Configure picks the injection mode for the runtime that connected.
-func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
-	p.useCDI.Store(p.o.Injection == InjectCDI || p.o.Injection == InjectAuto && resolvesCDI(runtime, version))
-	p.o.Log.Info("Connected to the runtime", "runtime", runtime, "version", version, "cdiRequests", p.useCDI.Load())
+// SetReconfigure makes a non-empty config from the runtime (the plugin's
+// .conf file in the runtime's plugin config dir) replace the plugin's
+// settings: fn turns the text into them. Call it before Run.
+func (p *Plugin) SetReconfigure(fn func(config string) (Options, *Resolver, PodResources, error)) {
+	p.reconfigure = fn
+}
+
+func (p *Plugin) core() *core { return p.c.Load() }
+
+// Configure applies the runtime's config, if any, and picks the injection
+// mode for the runtime that connected.
+func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	if strings.TrimSpace(config) != "" && p.reconfigure != nil {
+		o, res, pods, err := p.reconfigure(config)
+		if err == nil {
+			var c *core
+			if c, err = p.newCore(o, res, pods); err == nil {
+				p.c.Store(c)
+			}
+		}
+		if err != nil {
+			p.core().o.Log.Error(err, "Rejected the runtime's plugin config")
+			return 0, fmt.Errorf("plugin config: %w", err)
+		}
+	}
+	c := p.core()
+	p.useCDI.Store(c.o.Injection == InjectCDI || c.o.Injection == InjectAuto && resolvesCDI(runtime, version))
+	c.o.Log.Info("Connected to the runtime", "runtime", runtime, "version", version, "cdiRequests", p.useCDI.Load())
 	return api.MustParseEventMask("RunPodSandbox,RemovePodSandbox,CreateContainer"), nil
 }
 
@@ -119,23 +166,24 @@ func resolvesCDI(runtime, version string) bool {
 // RunPodSandbox forgets a pod's cached allocations: a new sandbox may be a
 // new pod under an old name.
 func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.pods.forget(pod.GetNamespace(), pod.GetName())
+	p.core().pods.forget(pod.GetNamespace(), pod.GetName())
 	return nil
 }
 
 // RemovePodSandbox forgets the pod.
 func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.pods.forget(pod.GetNamespace(), pod.GetName())
+	p.core().pods.forget(pod.GetNamespace(), pod.GetName())
 	return nil
 }
 
 // CreateContainer gives the container exactly its GPUs.
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
-	adj, outcome, err := p.adjust(ctx, pod, ctr)
+	c := p.core()
+	adj, outcome, err := c.adjust(ctx, pod, ctr)
 	p.metrics.observe(outcome, time.Since(start))
 	if err != nil {
-		p.o.Log.Error(err, "Refused a container", "pod", podKey(pod), "container", ctr.GetName())
+		c.o.Log.Error(err, "Refused a container", "pod", podKey(pod), "container", ctr.GetName())
 		return nil, nil, err
 	}
 	return adj, nil, nil
@@ -144,7 +192,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 func podKey(pod *api.PodSandbox) string { return pod.GetNamespace() + "/" + pod.GetName() }
 
 // adjust decides the adjustment; outcome labels the metric.
-func (p *Plugin) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, string, error) {
+func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, string, error) {
 	if p.skipped(pod) {
 		return nil, "skipped_sandboxed", nil
 	}
@@ -203,6 +251,10 @@ func (p *Plugin) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 			adj.AddCDIDevice(&api.CDIDevice{Name: n})
 		}
 	} else {
+		if g := edits.Process.User.AdditionalGids; len(g) > 0 {
+			p.o.Log.Info("CDI edits add supplementary groups, which an NRI adjustment cannot carry; a non-root container may not open group-owned device nodes",
+				"pod", podKey(pod), "container", ctr.GetName(), "gids", g)
+		}
 		editsAdjustment(adj, edits)
 	}
 	if hasEnv(ctr, VisibleDevicesEnv) {
@@ -212,7 +264,7 @@ func (p *Plugin) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	return adj, "injected", nil
 }
 
-func (p *Plugin) failed(adj *api.ContainerAdjustment, ctr *api.Container, err error) (*api.ContainerAdjustment, string, error) {
+func (p *core) failed(adj *api.ContainerAdjustment, ctr *api.Container, err error) (*api.ContainerAdjustment, string, error) {
 	if !p.o.FailOpen {
 		return nil, "failed", err
 	}
@@ -228,7 +280,7 @@ var errRuntimeAdded = errors.New("the runtime added GPU device nodes the kubelet
 	"which NRI cannot take out again (containerd/nri#216)")
 
 // extraNodes lists the container's GPU device nodes outside keep.
-func (p *Plugin) extraNodes(ctr *api.Container, keep map[string]bool) []string {
+func (p *core) extraNodes(ctr *api.Container, keep map[string]bool) []string {
 	known := p.res.DevicePaths()
 	var out []string
 	for _, d := range ctr.GetLinux().GetDevices() {
@@ -247,7 +299,7 @@ func (p *Plugin) extraNodes(ctr *api.Container, keep map[string]bool) []string {
 // runtime side up to v0.12.5 (containerd 2.4 included) drops a plugin's
 // removal of a device the runtime itself added (containerd/nri#216), so
 // the deny rule is what holds there (the node stays but cannot be opened).
-func (p *Plugin) strip(adj *api.ContainerAdjustment, ctr *api.Container, keep map[string]bool) {
+func (p *core) strip(adj *api.ContainerAdjustment, ctr *api.Container, keep map[string]bool) {
 	known := p.res.DevicePaths()
 	kept := map[string]bool{}
 	for _, d := range ctr.GetLinux().GetDevices() {
@@ -291,16 +343,24 @@ func devNum(typ string, major, minor int64) string { return fmt.Sprintf("%s %d:%
 
 // gpuIDs returns the device IDs of the configured resources the kubelet
 // allocated to the container, or what an allowed annotation asks for.
-func (p *Plugin) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]string, error) {
+func (p *core) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]string, error) {
 	allocs, err := p.pods.get(ctx, pod.GetId(), pod.GetNamespace(), pod.GetName())
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
-	alloc := allocs[ctr.GetName()]
+	alloc, listed := allocs[ctr.GetName()]
+	if !listed && p.o.Checkpoint != nil && pod.GetUid() != "" {
+		if alloc, err = p.o.Checkpoint.Lookup(pod.GetUid(), ctr.GetName()); err != nil {
+			return nil, err
+		}
+	}
 	for _, res := range sortedResources(alloc) {
 		if p.gpuResource(res) {
 			ids = append(ids, alloc[res]...)
+		} else if strings.HasPrefix(res, "nvidia.com/") && len(alloc[res]) > 0 {
+			p.o.Log.Info("Container holds devices of an NVIDIA resource that is not a GPU resource here; not injected",
+				"pod", podKey(pod), "container", ctr.GetName(), "resource", res, "resources", p.o.Resources)
 		}
 	}
 	if len(ids) == 0 && p.annotationsAllowed(pod.GetNamespace()) {
@@ -318,7 +378,7 @@ func (p *Plugin) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	return ids, nil
 }
 
-func (p *Plugin) gpuResource(name string) bool {
+func (p *core) gpuResource(name string) bool {
 	for _, pat := range p.o.Resources {
 		if ok, _ := path.Match(pat, name); ok {
 			return true
@@ -327,7 +387,7 @@ func (p *Plugin) gpuResource(name string) bool {
 	return false
 }
 
-func (p *Plugin) skipped(pod *api.PodSandbox) bool {
+func (p *core) skipped(pod *api.PodSandbox) bool {
 	for _, pat := range p.o.SkipRuntimeHandlers {
 		if ok, _ := path.Match(pat, pod.GetRuntimeHandler()); ok {
 			return true
@@ -336,7 +396,7 @@ func (p *Plugin) skipped(pod *api.PodSandbox) bool {
 	return false
 }
 
-func (p *Plugin) annotationsAllowed(ns string) bool {
+func (p *core) annotationsAllowed(ns string) bool {
 	for _, n := range p.o.AnnotationNamespaces {
 		if n == ns {
 			return true

@@ -3,11 +3,13 @@ package nri
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -39,12 +41,16 @@ type KubeletPodResources struct {
 
 // NewKubeletPodResources connects lazily to the socket.
 func NewKubeletPodResources(socket string, timeout time.Duration) (*KubeletPodResources, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Reconnect within a second of the kubelet coming back (gRPC's default
+	// backoff grows to 2 minutes, and creations fail closed meanwhile).
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("kubelet PodResources %s: %w", socket, err)
 	}
 	if timeout <= 0 {
-		timeout = 2 * time.Second
+		timeout = time.Second // well inside the runtime's 2 s per call
 	}
 	return &KubeletPodResources{socket: socket, conn: conn, client: podresourcesv1.NewPodResourcesListerClient(conn), timeout: timeout}, nil
 }
@@ -60,7 +66,7 @@ func (k *KubeletPodResources) Get(ctx context.Context, namespace, name string) (
 	switch {
 	case err == nil:
 		return fromPodResources(resp.GetPodResources()), nil
-	case strings.Contains(status.Convert(err).Message(), "not found"):
+	case status.Code(err) == codes.Unknown && notFound.MatchString(status.Convert(err).Message()):
 		// Not a kubelet pod (created through CRI directly): no allocation.
 		return PodAllocations{}, nil
 	case status.Code(err) == codes.Unimplemented || strings.Contains(status.Convert(err).Message(), "disabled"):
@@ -105,6 +111,9 @@ func fromPodResources(p *podresourcesv1.PodResources) PodAllocations {
 	return out
 }
 
+// notFound is the kubelet's answer for a pod it does not know.
+var notFound = regexp.MustCompile(`^pod .+ in namespace .+ not found$`)
+
 // cache keeps each pod's allocations for the life of its sandbox, so that
 // the kubelet is asked once per pod, not once per container. An entry is
 // tied to the sandbox ID it was fetched for: a pod recreated under the same
@@ -142,15 +151,16 @@ func (c *cache) get(ctx context.Context, sandbox, namespace, name string) (PodAl
 	return allocs, nil
 }
 
-// fill replaces the cache from a List, for the given sandboxes (pod key to
-// sandbox ID).
+// fill adds what a List returned for the given sandboxes (pod key to
+// sandbox ID). It replaces nothing fetched since for a newer sandbox.
 func (c *cache) fill(all map[string]PodAllocations, sandboxes map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m = map[string]cacheEntry{}
 	for key, id := range sandboxes {
 		if a, ok := all[key]; ok {
-			c.m[key] = cacheEntry{sandbox: id, allocs: a}
+			if _, have := c.m[key]; !have {
+				c.m[key] = cacheEntry{sandbox: id, allocs: a}
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 )
@@ -16,24 +17,35 @@ type Missing struct {
 	Reason         string   // set when the devices could not be resolved
 }
 
-// Synchronize fills the pod cache from the kubelet and reports containers
-// that hold an allocation but lack their devices. It changes nothing: a
-// running container's devices cannot be added safely.
-func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+// Synchronize answers at once (the runtime allows it 2 s and the kubelet
+// may be slower); in the background it fills the pod cache from the
+// kubelet and reports containers that hold an allocation but lack their
+// devices. It changes nothing: a running container's devices cannot be
+// added safely.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.metrics.connections.Inc()
-	missing, err := p.check(ctx, pods, ctrs)
-	if err != nil {
-		p.o.Log.Error(err, "Could not check existing containers")
-		return nil, nil
+	if !p.syncing.CompareAndSwap(false, true) {
+		return nil, nil // a check is still running; the next connection checks again
 	}
-	p.metrics.missing.Set(float64(len(missing)))
-	for _, m := range missing {
-		p.o.Log.Info("Container lacks allocated GPU devices", "pod", m.Pod, "container", m.Container, "devices", m.Devices, "reason", m.Reason)
-	}
+	c := p.core()
+	go func() {
+		defer p.syncing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		missing, err := c.check(ctx, pods, ctrs)
+		if err != nil {
+			c.o.Log.Error(err, "Could not check existing containers")
+			return
+		}
+		p.metrics.missing.Set(float64(len(missing)))
+		for _, m := range missing {
+			c.o.Log.Info("Container lacks allocated GPU devices", "pod", m.Pod, "container", m.Container, "devices", m.Devices, "reason", m.Reason)
+		}
+	}()
 	return nil, nil
 }
 
-func (p *Plugin) check(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]Missing, error) {
+func (p *core) check(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]Missing, error) {
 	all, err := p.pods.src.List(ctx)
 	if err != nil {
 		return nil, err

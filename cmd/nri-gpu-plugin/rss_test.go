@@ -16,17 +16,24 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
+// buildPlugin builds the binary as deployed (cgo).
+func buildPlugin(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "nri-gpu-plugin")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // BenchmarkRSS runs the plugin binary as deployed (cgo) against NRI's real
 // runtime side and a kubelet PodResources stub, injects into 100 pods'
 // containers, and reports its resident memory (target under 30 MiB). It
 // also checks that SIGTERM ends it with status 0.
 func BenchmarkRSS(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "nri-gpu-plugin")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildPlugin(b)
 	dir := kubelettest.ShortDir(b)
 	cdiDir := b.TempDir()
 	nritest.WriteSpec(b, cdiDir, "nvidia", nritest.GPUSpec(8, false))

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 
 type options struct {
 	nriSocket, podResources, cdiKind, index, name, injection, healthAddr string
+	checkpoint                                                           string
+	podResourcesTimeout                                                  time.Duration
 	sysfsRoot, devRoot, procRoot                                         string
 	cdiDirs, resources, skip, annotationNS                               listFlag
 	failOpen, verbose, preregistered                                     bool
@@ -34,25 +37,55 @@ func logger(stderr io.Writer, verbose bool) logr.Logger {
 	return logr.FromSlogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
-func run(ctx context.Context, o options, stderr io.Writer) error {
-	log := logger(stderr, o.verbose)
-	if len(o.index) != 2 || o.index[0] < '0' || o.index[0] > '9' || o.index[1] < '0' || o.index[1] > '9' {
-		return fmt.Errorf("--plugin-index %q: want two digits", o.index)
-	}
+// build turns options into the plugin's settings, its CDI resolver and its
+// kubelet client (closed by the caller).
+func build(o options, log logr.Logger) (nri.Options, *nri.Resolver, *nri.KubeletPodResources, error) {
 	res, err := nri.NewResolver(o.cdiKind, o.cdiDirs.vals)
 	if err != nil {
-		return err
+		return nri.Options{}, nil, nil, err
 	}
-	pods, err := nri.NewKubeletPodResources(o.podResources, 2*time.Second)
+	pods, err := nri.NewKubeletPodResources(o.podResources, o.podResourcesTimeout)
+	if err != nil {
+		return nri.Options{}, nil, nil, err
+	}
+	no := nri.Options{Resources: o.resources.vals, SkipRuntimeHandlers: o.skip.vals,
+		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, Injection: o.injection, Log: log}
+	if o.checkpoint != "" {
+		no.Checkpoint = &nri.Checkpoint{Path: o.checkpoint}
+	}
+	return no, res, pods, nil
+}
+
+func run(ctx context.Context, o options, stderr io.Writer) error {
+	log := logger(stderr, o.verbose)
+	no, res, pods, err := build(o, log)
 	if err != nil {
 		return err
 	}
-	defer pods.Close()
+	closers := []func() error{pods.Close}
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
 	reg := prometheus.NewRegistry()
-	p, err := nri.New(nri.Options{Resources: o.resources.vals, SkipRuntimeHandlers: o.skip.vals,
-		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, Injection: o.injection, Log: log}, res, pods, reg)
+	p, err := nri.New(no, res, pods, reg)
 	if err != nil {
 		return err
+	}
+	if o.preregistered {
+		p.SetReconfigure(func(config string) (nri.Options, *nri.Resolver, nri.PodResources, error) {
+			co, err := parse(strings.Fields(config), io.Discard)
+			if err != nil {
+				return nri.Options{}, nil, nil, err
+			}
+			no, res, pods, err := build(co, logger(stderr, co.verbose))
+			if err == nil {
+				closers = append(closers, pods.Close)
+				log.Info("Configured by the runtime", "podResources", co.podResources, "cdiDirs", co.cdiDirs.vals, "resources", co.resources.vals, "failOpen", co.failOpen)
+			}
+			return no, res, pods, err
+		})
 	}
 	var connected atomic.Bool
 	if o.healthAddr != "" {

@@ -28,6 +28,7 @@ type PodResources struct {
 	mu     sync.Mutex
 	pods   map[string]map[string]map[string][]string // ns/name -> container -> resource -> ids
 	gets   atomic.Int64
+	delay  chan struct{} // while set, Get and List wait for it to close
 	lists  atomic.Int64
 	srv    *grpc.Server
 }
@@ -92,6 +93,36 @@ func (f *PodResources) Delete(ns, pod string) {
 	f.mu.Unlock()
 }
 
+// Delay makes Get and List block until the returned release is called (a
+// slow kubelet).
+func (f *PodResources) Delay() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.delay = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.delay = nil
+			f.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (f *PodResources) wait(ctx context.Context) {
+	f.mu.Lock()
+	ch := f.delay
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
 // Calls returns the number of Get and List calls so far.
 func (f *PodResources) Calls() (gets, lists int64) { return f.gets.Load(), f.lists.Load() }
 
@@ -110,8 +141,9 @@ func (f *PodResources) pod(key string) *podresourcesv1.PodResources {
 }
 
 // List implements the kubelet API.
-func (f *PodResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+func (f *PodResources) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	f.lists.Add(1)
+	f.wait(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	resp := &podresourcesv1.ListPodResourcesResponse{}
@@ -122,8 +154,9 @@ func (f *PodResources) List(context.Context, *podresourcesv1.ListPodResourcesReq
 }
 
 // Get implements the kubelet API.
-func (f *PodResources) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+func (f *PodResources) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
 	f.gets.Add(1)
+	f.wait(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := req.PodNamespace + "/" + req.PodName

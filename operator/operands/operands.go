@@ -77,6 +77,7 @@ var builders = map[string]builder{
 			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
 			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
+			mount(ds, "device-checkpoint", "/var/lib/kubelet/device-plugins", true) // init containers' GPUs
 			mount(ds, "cdi", "/var/run/cdi", true)
 			mount(ds, "etc-cdi", "/etc/cdi", true)
 		}},
