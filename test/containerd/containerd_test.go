@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -41,7 +43,7 @@ type daemon struct {
 // daemonRun is one containerd process.
 type daemonRun struct {
 	cmd     *exec.Cmd
-	log     *syncBuffer
+	log     *e2e.SyncBuffer
 	done    chan struct{} // closed when the process has been waited for
 	waitErr error
 	start   time.Time
@@ -171,7 +173,7 @@ func (d *daemon) running() bool {
 func (d *daemon) start(t *testing.T) {
 	t.Helper()
 	require.False(t, d.running(), "containerd is already running")
-	r := &daemonRun{log: &syncBuffer{}, done: make(chan struct{}), start: time.Now()}
+	r := &daemonRun{log: &e2e.SyncBuffer{}, done: make(chan struct{}), start: time.Now()}
 	r.cmd = exec.Command(filepath.Join(d.env.binDir, "containerd"), "--config", d.path("config.toml"))
 	// containerd finds containerd-shim-runc-v2 on its PATH.
 	r.cmd.Env = append(os.Environ(), "PATH="+d.env.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -197,7 +199,7 @@ func (d *daemon) start(t *testing.T) {
 	d.conn, d.rt, d.img = conn, runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn)
 
 	var last string
-	err = poll(readyWithin, func() bool {
+	err = e2e.Poll(readyWithin, func() bool {
 		select {
 		case <-r.done:
 			return true
@@ -268,7 +270,7 @@ func (d *daemon) importImage(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "ctr images import %s:\n%s", d.env.image, out)
 	var last error
-	err = poll(readyWithin, func() bool {
+	err = e2e.Poll(readyWithin, func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		st, err := d.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: imageName}})

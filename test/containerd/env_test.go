@@ -1,15 +1,13 @@
 package containerd
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 const (
@@ -48,7 +46,7 @@ func requireHostEnv(t *testing.T) hostEnv {
 	if os.Geteuid() != 0 {
 		t.Skip("the containerd suite runs containers: it needs root")
 	}
-	root, err := repoRoot()
+	root, err := e2e.RepoRoot()
 	if err != nil {
 		t.Fatalf("find the repository root: %v", err)
 	}
@@ -79,22 +77,6 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// repoRoot is two levels above this package, checked by its go.mod.
-func repoRoot() (string, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return "", fmt.Errorf("repository root: %w", err)
-	}
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("repository root %s: %w", root, err)
-	}
-	if !bytes.HasPrefix(mod, []byte("module github.com/sandbox-gpu/sandbox-gpu\n")) {
-		return "", fmt.Errorf("repository root %s: go.mod is not module github.com/sandbox-gpu/sandbox-gpu", root)
-	}
-	return root, nil
-}
-
 // shortDir is a new folder for unix sockets, removed after the test: shim sockets are
 // <dir>/s/<64 hex digits> and must stay under the 108-byte limit of a socket path.
 func shortDir(t *testing.T, pattern string) string {
@@ -108,53 +90,4 @@ func shortDir(t *testing.T, pattern string) string {
 		t.Fatalf("temporary folder: %v", err)
 	}
 	return dir
-}
-
-// poll calls cond every 20 ms until it is true, or fails after within.
-func poll(within time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("not reached within %v", within)
-		case <-tick.C:
-		}
-	}
-	return nil
-}
-
-// syncBuffer collects a process's output while the process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the lines holding every one of subs.
-func (b *syncBuffer) lines(subs ...string) []string {
-	var out []string
-	for line := range strings.Lines(b.String()) {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			out = append(out, strings.TrimSpace(line))
-		}
-	}
-	return out
 }

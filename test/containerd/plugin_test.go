@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 const (
@@ -44,7 +46,7 @@ var builtPlugin = sync.OnceValues(func() (string, error) {
 		}
 		return p, nil
 	}
-	root, err := repoRoot()
+	root, err := e2e.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -104,7 +106,7 @@ func pluginArgs(d *daemon, k *fakeKubelet) []string {
 // pluginProc is the plugin running as a subprocess, in a process group of its own.
 type pluginProc struct {
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *e2e.SyncBuffer
 	done    chan struct{} // closed when the process has been waited for
 	waitErr error
 }
@@ -113,7 +115,7 @@ type pluginProc struct {
 // test (it is then killed); its output is logged when the test fails.
 func startPlugin(t *testing.T, bin string, args ...string) *pluginProc {
 	t.Helper()
-	p := &pluginProc{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &pluginProc{out: &e2e.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -176,8 +178,8 @@ func waitConnected(t *testing.T, d *daemon, p *pluginProc) {
 	t.Helper()
 	start := time.Now()
 	r := d.current()
-	err := poll(connectWithin, func() bool {
-		return !p.running() || len(r.log.lines(`"`+pluginIndex+"-", "connected and synchronized")) > 0
+	err := e2e.Poll(connectWithin, func() bool {
+		return !p.running() || len(r.log.Lines(`"`+pluginIndex+"-", "connected and synchronized")) > 0
 	})
 	if !p.running() {
 		t.Fatalf("nri-gpu-plugin exited (%v) before connecting to containerd", p.waitErr)
@@ -186,5 +188,5 @@ func waitConnected(t *testing.T, d *daemon, p *pluginProc) {
 		t.Fatalf("containerd never logged plugin %q connected and synchronized: %v", pluginIndex+"-*", err)
 	}
 	t.Logf("plugin connected to containerd run %d within %v: %s", len(d.runs), time.Since(start).Round(time.Millisecond),
-		r.log.lines(`"`+pluginIndex+"-", "connected and synchronized")[0])
+		r.log.Lines(`"`+pluginIndex+"-", "connected and synchronized")[0])
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -100,7 +102,7 @@ func checkPermitted(t *testing.T, file string, fx fixture) {
 		} `json:"pciHostDevices"`
 	}
 	var data []byte
-	err := poll(registerWithin, func() bool {
+	err := e2e.Poll(registerWithin, func() bool {
 		var err error
 		data, err = os.ReadFile(file)
 		return err == nil && yaml.Unmarshal(data, &got) == nil && len(got.PCIHostDevices) > 0

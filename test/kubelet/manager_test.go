@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -178,7 +180,7 @@ func (k *kubelet) resources() map[string]counts {
 func (k *kubelet) waitCounts(t *testing.T, res string, want counts, within time.Duration) {
 	t.Helper()
 	var last map[string]counts
-	err := poll(within, func() bool {
+	err := e2e.Poll(within, func() bool {
 		last = k.resources()
 		got, ok := last[res]
 		return ok && got == want
@@ -263,22 +265,6 @@ func vfioDevices(groups ...string) map[string]string {
 		m["/dev/vfio/"+g] = "/dev/vfio/" + g
 	}
 	return m
-}
-
-// poll calls cond every 20 ms until it holds, or fails after the deadline.
-func poll(within time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("not reached within %v", within)
-		case <-tick.C:
-		}
-	}
-	return nil
 }
 
 // sockets lists the unix sockets in a folder other than the kubelet's.

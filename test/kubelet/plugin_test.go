@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 // The plugin binaries this suite drives, from the product module's cmd/.
@@ -38,7 +39,7 @@ var builtPlugins = sync.OnceValues(func() (string, error) {
 		}
 		return dir, nil
 	}
-	root, err := repoRoot()
+	root, err := e2e.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -82,47 +83,11 @@ func pluginBinary(t *testing.T, name string) string {
 	return filepath.Join(dir, name)
 }
 
-// repoRoot is the product module's folder: the nearest parent of the working directory whose go.mod
-// declares github.com/sandbox-gpu/sandbox-gpu.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		data, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && strings.HasPrefix(string(data), "module github.com/sandbox-gpu/sandbox-gpu\n") {
-			return d, nil
-		}
-		if d == filepath.Dir(d) {
-			return "", fmt.Errorf("%w: no product go.mod above %s", errNoPlugins, dir)
-		}
-	}
-}
-
-// syncBuffer collects a process's output while the process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // pluginProc is a plugin running as a subprocess, in a process group of its own.
 type pluginProc struct {
 	name    string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *e2e.SyncBuffer
 	done    chan struct{} // closed when the process has been waited for
 	waitErr error
 }
@@ -131,7 +96,7 @@ type pluginProc struct {
 // when stopped; its output is logged when the test fails.
 func startPlugin(t *testing.T, bin string, args ...string) *pluginProc {
 	t.Helper()
-	p := &pluginProc{name: filepath.Base(bin), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &pluginProc{name: filepath.Base(bin), out: &e2e.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

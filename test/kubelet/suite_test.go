@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -62,7 +64,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 		// NVSwitches are not required in the GPU resource, nor refused there: reported.
 		withSwitches := total + int64(len(fx.switches))
 		var last map[string]counts
-		err := poll(registerWithin, func() bool {
+		err := e2e.Poll(registerWithin, func() bool {
 			last = kl.resources()
 			c := last[res]
 			return c.capacity == c.allocatable && (c.capacity == total || c.capacity == withSwitches)
@@ -138,7 +140,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 			t.Fatal(err)
 		}
 		var last map[string]counts
-		err := poll(changeWithin, func() bool {
+		err := e2e.Poll(changeWithin, func() bool {
 			last = kl.resources()
 			return last[res].allocatable == total-1
 		})
@@ -170,7 +172,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 		}
 		// The kubelet sees its endpoint go: the devices are no longer allocatable.
 		var last map[string]counts
-		if err := poll(changeWithin, func() bool { last = kl.resources(); return last[res].allocatable == 0 }); err != nil {
+		if err := e2e.Poll(changeWithin, func() bool { last = kl.resources(); return last[res].allocatable == 0 }); err != nil {
 			t.Errorf("after the plugin exited: allocatable of %s: %v; the manager reports %v", res, err, last)
 		}
 	})
@@ -220,7 +222,7 @@ func reportOthers(t *testing.T, kl *kubelet, res string, fx fixture) {
 // to have ended.
 func checkGoroutines(t *testing.T, before int) {
 	t.Helper()
-	if err := poll(changeWithin, func() bool { return runtime.NumGoroutine() <= before }); err != nil {
+	if err := e2e.Poll(changeWithin, func() bool { return runtime.NumGoroutine() <= before }); err != nil {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		t.Errorf("goroutines: %d now, %d before the test: %v\n%s", runtime.NumGoroutine(), before, err, buf)

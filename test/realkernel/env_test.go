@@ -1,7 +1,6 @@
 package realkernel
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
 	"errors"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 const (
@@ -34,7 +35,7 @@ type hostEnv struct {
 // requireHostEnv finds what the test needs or skips the test naming what to run.
 func requireHostEnv(t *testing.T) hostEnv {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := e2e.RepoRoot()
 	if err != nil {
 		t.Fatalf("find the repository root: %v", err)
 	}
@@ -66,22 +67,6 @@ func requireHostEnv(t *testing.T) hostEnv {
 		skipOrFail(t, "static busybox: %v: %s", err, fetchHint)
 	}
 	return env
-}
-
-// repoRoot is two levels above this package, checked by its go.mod.
-func repoRoot() (string, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return "", fmt.Errorf("repository root: %w", err)
-	}
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("repository root %s: %w", root, err)
-	}
-	if !bytes.Contains(mod, []byte("module github.com/sandbox-gpu/sandbox-gpu\n")) {
-		return "", fmt.Errorf("repository root %s: go.mod is not module github.com/sandbox-gpu/sandbox-gpu", root)
-	}
-	return root, nil
 }
 
 // requireStatic fails unless path is an ELF executable without an interpreter: the guest

@@ -1,0 +1,82 @@
+// Package e2e holds what the end-to-end suites share: the repository root,
+// polling with a deadline, and a buffer a subprocess writes into while the
+// test reads it.
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RepoRoot is two levels above a suite's package, checked by its go.mod.
+func RepoRoot() (string, error) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", fmt.Errorf("repository root: %w", err)
+	}
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("repository root %s: %w", root, err)
+	}
+	if !bytes.HasPrefix(mod, []byte("module github.com/sandbox-gpu/sandbox-gpu\n")) {
+		return "", fmt.Errorf("repository root %s: go.mod is not module github.com/sandbox-gpu/sandbox-gpu", root)
+	}
+	return root, nil
+}
+
+// Poll calls cond every 20 ms until it holds, or fails after within.
+func Poll(within time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("not reached within %v", within)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// SyncBuffer collects a process's output while the process writes it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Lines returns the lines holding every one of subs.
+func (b *SyncBuffer) Lines(subs ...string) []string {
+	var out []string
+	for line := range strings.Lines(b.String()) {
+		ok := true
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return out
+}
