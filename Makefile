@@ -9,7 +9,7 @@ BENCHTIME     ?= 1s
 FUZZ_PKGS     ?= ./vfio/host ./internal/gpuname
 BINARIES      := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test unit fuzz e2e test-deps envtest-assets generate bench lint fmt demo-status clean
+.PHONY: help build test unit fuzz e2e test-deps envtest-assets envtest-compat generate bench lint fmt demo-status clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,16 @@ test-deps: ## Install QEMU and the Debian kernel, containerd and runc, build env
 
 envtest-assets: ## Build kube-apiserver and etcd for envtest into .cache/envtest-bin (cached; cold ~5 min, ~2 GB RAM)
 	GO=$(GO) ./hack/envtest-assets.sh
+
+COMPAT_K8S    ?= 1.32.13 1.37.2
+
+envtest-compat: ## The operator's envtest suites and the Helm dry run against the oldest and newest supported Kubernetes (COMPAT_K8S; cold ~12 min, not in CI)
+	set -e -o pipefail; for v in $(COMPAT_K8S); do \
+	  assets=$$(GO=$(GO) ./hack/envtest-assets-version.sh $$v | tail -1); \
+	  echo "== Kubernetes $$v ($$assets)"; \
+	  KUBEBUILDER_ASSETS=$$assets KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=60s TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 ./operator/... ./validator/; \
+	  (cd test && KUBEBUILDER_ASSETS=$$assets $(GO) test -count=1 ./helm/); \
+	done
 
 generate: ## Regenerate deepcopy code and CRDs (controller-gen through the module proxy)
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 object paths=./operator/api/... crd output:crd:artifacts:config=manifests/crds
