@@ -104,7 +104,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		}
 		r, ok := byRes[name]
 		if !ok {
-			r = &deviceplugin.Resource{Name: name, Allocate: cdiAllocator}
+			r = &deviceplugin.Resource{Name: name, Allocate: cdiAllocator, WaitsForVFIO: true} // passthrough only
 			byRes[name] = r
 		}
 		addr, group := f.Address, f.IOMMUGroup

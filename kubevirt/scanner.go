@@ -84,6 +84,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 			name, _ := s.Namer.Name(f.Vendor, f.Device)
 			dev.Check = func() error { return s.Host.StillOnVFIO(addr, group) }
 			b := add(ResourcePrefix+name, dev, "PCI_RESOURCE")
+			b.res.WaitsForVFIO = true // bound by the VFIO manager
 			b.pci = &v1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("%04X:%04X", f.Vendor, f.Device), ResourceName: b.res.Name, ExternalResourceProvider: true}
 		case f.PhysFn != "":
 			vg, ok, err := s.Host.VGPU(addr)
@@ -158,6 +159,28 @@ func (s *Scanner) Permitted() v1.PermittedHostDevices {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return *s.permitted.DeepCopy()
+}
+
+// PermittedFor is Permitted limited to the given resources (those being
+// advertised: passthrough waits for the VFIO manager).
+func (s *Scanner) PermittedFor(res []deviceplugin.Resource) v1.PermittedHostDevices {
+	names := map[string]bool{}
+	for _, r := range res {
+		names[r.Name] = true
+	}
+	all := s.Permitted()
+	out := v1.PermittedHostDevices{}
+	for _, e := range all.PciHostDevices {
+		if names[e.ResourceName] {
+			out.PciHostDevices = append(out.PciHostDevices, e)
+		}
+	}
+	for _, e := range all.MediatedDevices {
+		if names[e.ResourceName] {
+			out.MediatedDevices = append(out.MediatedDevices, e)
+		}
+	}
+	return out
 }
 
 // envAllocator puts the comma-separated values of the allocated devices in

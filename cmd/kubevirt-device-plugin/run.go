@@ -39,11 +39,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	return o.common.Serve(ctx, h, plugincmd.Plugin{
 		Name: "sandbox-gpu-kubevirt", Scanner: s,
-		OnScan: func([]deviceplugin.Resource) error {
+		OnScan: func(res []deviceplugin.Resource) error {
 			if o.permittedFile == "" {
 				return nil
 			}
-			return kubevirt.WritePermitted(o.permittedFile, s.Permitted())
+			return kubevirt.WritePermitted(o.permittedFile, s.PermittedFor(res))
 		},
 	}, log)
 }

@@ -37,6 +37,11 @@ type Resource struct {
 	// Allocate builds a new container response for the given devices
 	// (env, CDI names). Device specs are added by the framework.
 	Allocate func(devs []Device) *pluginapi.ContainerAllocateResponse
+	// WaitsForVFIO marks devices the VFIO manager binds (passthrough GPUs,
+	// NVSwitches): they are advertised only once Options.Ready holds.
+	// Others (mdev and SR-IOV vGPUs, set up by the vGPU managers) are not
+	// held back, so nodes without a VFIO manager still advertise them.
+	WaitsForVFIO bool
 }
 
 // Scanner discovers the resources of the node. Scan must not change the

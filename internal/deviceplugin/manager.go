@@ -37,8 +37,9 @@ type Options struct {
 	Rescan time.Duration
 	// Debounce coalesces bursts of events (default 20ms).
 	Debounce time.Duration
-	// Ready gates advertising: nothing is registered before it first
-	// reports true (the VFIO manager's readiness). Nil means ready.
+	// Ready gates advertising: no resource that WaitsForVFIO is registered
+	// before it first reports true (the VFIO manager's readiness). Nil
+	// means ready.
 	Ready func() bool
 	// OnScan sees every successful scan (CDI spec and KubeVirt
 	// permittedHostDevices writers).
@@ -190,14 +191,25 @@ func (m *Manager) scan(ctx context.Context) {
 	}
 	ready := m.ready
 	m.mu.Unlock()
-	if !ready {
-		m.opts.Log.V(1).Info("Waiting for the VFIO manager's readiness before advertising")
-		return
-	}
 	res, err := m.opts.Scanner.Scan(ctx)
 	if err != nil {
 		m.opts.Log.Error(err, "Scanning devices")
 		return
+	}
+	if !ready {
+		var free []Resource
+		for _, r := range res {
+			if !r.WaitsForVFIO {
+				free = append(free, r)
+			}
+		}
+		if len(free) < len(res) {
+			m.opts.Log.V(1).Info("Waiting for the VFIO manager's readiness before advertising passthrough devices")
+		}
+		if len(free) == 0 {
+			return
+		}
+		res = free
 	}
 	// Publish first (CDI specs, permittedHostDevices): a device must be
 	// resolvable before the kubelet can hand it out.

@@ -30,7 +30,7 @@ type fakeHost struct {
 func (f *fakeHost) Scan(context.Context) ([]Resource, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return []Resource{{Name: res, Devices: append([]Device(nil), f.devices...), Allocate: func(devs []Device) *pluginapi.ContainerAllocateResponse {
+	return []Resource{{Name: res, WaitsForVFIO: true, Devices: append([]Device(nil), f.devices...), Allocate: func(devs []Device) *pluginapi.ContainerAllocateResponse {
 		env := map[string]string{}
 		for _, d := range devs {
 			env["IDS"] += d.ID + ","
@@ -283,6 +283,48 @@ func TestWaitsForReadiness(t *testing.T) {
 	h.host.set(t, dev("12", 0)) // the ready file appearing is a watched change
 	_, err = h.kubelet.WaitRegistered(ctxT(t), res, 1)
 	require.NoError(t, err)
+}
+
+// vGPUs (mdev, SR-IOV) are not the VFIO manager's: a node without one (a
+// vm-vgpu node) advertises them even though its readiness never comes.
+func TestOnlyPassthroughWaitsForReadiness(t *testing.T) {
+	dir := kubelettest.ShortDir(t)
+	stub := kubelettest.Start(t, dir)
+	const vgpu = "example.com/vgpu"
+	scanner := ScannerFunc(func(context.Context) ([]Resource, error) {
+		return []Resource{
+			{Name: res, WaitsForVFIO: true, Devices: []Device{dev("12", 0)}},
+			{Name: vgpu, Devices: []Device{dev("mdev-1", 0)}},
+		}, nil
+	})
+	var published []string
+	var mu sync.Mutex
+	m, err := NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: scanner, Rescan: time.Hour, Log: logr.Discard(),
+		Ready: func() bool { return false },
+		OnScan: func(rs []Resource) error {
+			mu.Lock()
+			defer mu.Unlock()
+			published = nil
+			for _, r := range rs {
+				published = append(published, r.Name)
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	_, err = stub.WaitRegistered(ctxT(t), vgpu, 1)
+	require.NoError(t, err)
+	for _, r := range stub.Registrations() {
+		assert.NotEqual(t, res, r.ResourceName, "passthrough advertised before the VFIO manager is ready")
+	}
+	_, err = os.Stat(m.SocketPath(res))
+	assert.True(t, os.IsNotExist(err))
+	mu.Lock()
+	assert.Equal(t, []string{vgpu}, published, "only what is advertised is published")
+	mu.Unlock()
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
