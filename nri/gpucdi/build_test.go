@@ -64,32 +64,46 @@ func TestBuildNoGPUs(t *testing.T) {
 	assert.Contains(t, err.Error(), "no devices")
 }
 
-func TestBuildControlNodesOnlyWhenPresent(t *testing.T) {
+func TestBuildControlNodes(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
+	node := func(name, numbers string) string {
+		return "/dev/" + name + " " + filepath.Join(h.dev, name) + " " + numbers
+	}
+	// No control node exists yet (nvidia-uvm's are made on first CUDA use):
+	// nvidiactl always, uvm's because <proc>/devices lists nvidia-uvm.
 	spec, err := Build(twoGPUs(), h.opts())
 	require.NoError(t, err)
-	assert.Empty(t, spec.ContainerEdits.DeviceNodes)
+	assert.Equal(t, []string{
+		node("nvidiactl", "c 195:255"),
+		node("nvidia-uvm", "c 508:0"),
+		node("nvidia-uvm-tools", "c 508:1"),
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "uvm's major from the character section of <proc>/devices")
 
-	h.file(h.dev, "nvidiactl")
-	h.file(h.dev, "nvidia-uvm")
 	h.link(h.dev, "nvidia-modeset", "nowhere") // present, even dangling
 	spec, err = Build(twoGPUs(), h.opts())
 	require.NoError(t, err)
 	assert.Equal(t, []string{
-		"/dev/nvidiactl " + filepath.Join(h.dev, "nvidiactl") + " c 195:255",
-		"/dev/nvidia-uvm " + filepath.Join(h.dev, "nvidia-uvm") + " c 508:0",
-		"/dev/nvidia-modeset " + filepath.Join(h.dev, "nvidia-modeset") + " c 195:254",
-	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "uvm's major from the character section of <proc>/devices")
+		node("nvidiactl", "c 195:255"),
+		node("nvidia-uvm", "c 508:0"),
+		node("nvidia-uvm-tools", "c 508:1"),
+		node("nvidia-modeset", "c 195:254"),
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "nvidia-modeset only when present")
 
-	h.file(h.dev, "nvidia-uvm-tools")
+	// nvidia-uvm not loaded: no uvm nodes, unless they exist.
 	h.write(h.proc, "devices", "Character devices:\n195 nvidia-frontend\n")
 	spec, err = Build(twoGPUs(), h.opts())
 	require.NoError(t, err)
 	assert.Equal(t, []string{
-		"/dev/nvidiactl " + filepath.Join(h.dev, "nvidiactl") + " c 195:255",
-		"/dev/nvidia-uvm " + filepath.Join(h.dev, "nvidia-uvm") + "  0:0",
-		"/dev/nvidia-uvm-tools " + filepath.Join(h.dev, "nvidia-uvm-tools") + "  0:0",
-		"/dev/nvidia-modeset " + filepath.Join(h.dev, "nvidia-modeset") + " c 195:254",
+		node("nvidiactl", "c 195:255"),
+		node("nvidia-modeset", "c 195:254"),
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes))
+	h.file(h.dev, "nvidia-uvm")
+	spec, err = Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		node("nvidiactl", "c 195:255"),
+		node("nvidia-uvm", " 0:0"),
+		node("nvidia-modeset", "c 195:254"),
 	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "an unknown major is left to the runtime")
 }
 

@@ -41,11 +41,15 @@ func driverFiles(root, version string, libDirs, binDirs []string) ([]*cdispec.Mo
 	return mounts, nil
 }
 
-// libraryMounts mounts every lib*.so.<version> of the folders, and every
-// other entry of the same folders that resolves to one of them, from the
-// resolved file.
+// libraryMounts mounts, from the resolved file, every driver library of
+// the folders (isDriverLibrary) and every other entry of the folders that
+// resolves to one of the libraries of any folder (a link in
+// /usr/lib/x86_64-linux-gnu may lead into its nvidia/current). Each is
+// mounted at its own path and, once per name (the first folder's wins), at
+// ContainerLibDir/<name>.
 func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error) {
-	var mounts []*cdispec.Mount
+	type entry struct{ dir, name string }
+	var libs, links []entry
 	seen := map[string]bool{} // resolved folders
 	for _, dir := range dirs {
 		rdir, names, err := readDirIn(root, dir)
@@ -56,33 +60,61 @@ func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error
 			continue // /lib64 -> usr/lib64 on a merged-/usr root
 		}
 		seen[rdir] = true
-		targets := map[string]bool{} // resolved paths of this version's libraries
-		var links []string
 		for _, name := range names {
-			if !strings.HasPrefix(name, "lib") || !strings.HasSuffix(name, ".so."+version) {
-				links = append(links, name)
-				continue
-			}
-			target, ok, err := regularIn(root, path.Join(rdir, name))
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				targets[target] = true
-				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
-			}
-		}
-		for _, name := range links {
-			target, ok, err := regularIn(root, path.Join(rdir, name))
-			if err != nil {
-				return nil, err
-			}
-			if ok && targets[target] {
-				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
+			if isDriverLibrary(name, version) {
+				libs = append(libs, entry{rdir, name})
+			} else {
+				links = append(links, entry{rdir, name})
 			}
 		}
 	}
+	var mounts []*cdispec.Mount
+	mounted := map[string]bool{} // container paths
+	mount := func(target, container string) {
+		if !mounted[container] {
+			mounted[container] = true
+			mounts = append(mounts, roMount(filepath.Join(root, target), container))
+		}
+	}
+	targets := map[string]bool{} // resolved paths of the libraries
+	type alias struct{ target, name string }
+	var aliases []alias // the ContainerLibDir mounts
+	for _, e := range libs {
+		target, ok, err := regularIn(root, path.Join(e.dir, e.name))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			targets[target] = true
+			mount(target, path.Join(e.dir, e.name))
+			aliases = append(aliases, alias{target, e.name})
+		}
+	}
+	for _, e := range links {
+		target, ok, err := regularIn(root, path.Join(e.dir, e.name))
+		if err != nil {
+			return nil, err
+		}
+		if ok && targets[target] {
+			mount(target, path.Join(e.dir, e.name))
+			aliases = append(aliases, alias{target, e.name})
+		}
+	}
+	// After every same-path mount, so that a searched ContainerLibDir
+	// keeps its own files.
+	for _, a := range aliases {
+		mount(a.target, path.Join(ContainerLibDir, a.name))
+	}
 	return mounts, nil
+}
+
+// isDriverLibrary says whether a file name is one of the driver's
+// libraries: lib*.so.<version>, or libnvidia-nvvm70.so.* (the legacy NVVM
+// library, named libnvidia-nvvm70.so.4 without the driver version since
+// R575, as nvidia-ctk finds it).
+func isDriverLibrary(name, version string) bool {
+	return strings.HasPrefix(name, "lib") && strings.HasSuffix(name, ".so."+version) ||
+		strings.HasPrefix(name, "libnvidia-nvvm70.so.")
 }
 
 // binaryMounts mounts the first of each driver binary found in the folders.

@@ -3,6 +3,7 @@ package gpucdi
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,7 +41,7 @@ func TestBuildDriverLibrariesAndBinaries(t *testing.T) {
 	lib := func(dir, name, target string) string {
 		return dir + "/" + name + " <- " + filepath.Join(d, target)
 	}
-	x86 := h.libDir
+	x86, local := h.libDir, ContainerLibDir
 	assert.Equal(t, []string{
 		"/usr/bin/nvidia-smi <- " + filepath.Join(d, "/usr/bin/nvidia-smi"),
 		lib(x86, "libcuda.so", x86+"/libcuda.so."+testVersion),
@@ -54,6 +55,18 @@ func TestBuildDriverLibrariesAndBinaries(t *testing.T) {
 		lib(x86, "libnvidia-opencl.so."+testVersion, "/opt/nvidia/libnvidia-opencl.so."+testVersion),
 		lib(h.lib64, "libnvidia-nvvm.so.4", h.lib64+"/libnvidia-nvvm.so."+testVersion),
 		lib(h.lib64, "libnvidia-nvvm.so."+testVersion, h.lib64+"/libnvidia-nvvm.so."+testVersion),
+		// Each again, by name, in the folder nvidia/cuda images search.
+		lib(local, "libcuda.so", x86+"/libcuda.so."+testVersion),
+		lib(local, "libcuda.so.1", x86+"/libcuda.so."+testVersion),
+		lib(local, "libcuda.so."+testVersion, x86+"/libcuda.so."+testVersion),
+		lib(local, "libnvidia-cfg.so.1", x86+"/libnvidia-cfg.so."+testVersion),
+		lib(local, "libnvidia-cfg.so."+testVersion, x86+"/libnvidia-cfg.so."+testVersion),
+		lib(local, "libnvidia-ml.so.1", x86+"/libnvidia-ml.so."+testVersion),
+		lib(local, "libnvidia-ml.so."+testVersion, x86+"/libnvidia-ml.so."+testVersion),
+		lib(local, "libnvidia-nvvm.so.4", h.lib64+"/libnvidia-nvvm.so."+testVersion),
+		lib(local, "libnvidia-nvvm.so."+testVersion, h.lib64+"/libnvidia-nvvm.so."+testVersion),
+		lib(local, "libnvidia-opencl.so.1", "/opt/nvidia/libnvidia-opencl.so."+testVersion),
+		lib(local, "libnvidia-opencl.so."+testVersion, "/opt/nvidia/libnvidia-opencl.so."+testVersion),
 		"/usr/sbin/nvidia-persistenced <- " + filepath.Join(d, "/usr/sbin/nvidia-persistenced"),
 	}, mountSummary(spec.ContainerEdits.Mounts))
 	for _, m := range spec.ContainerEdits.Mounts {
@@ -75,6 +88,7 @@ func TestBuildOtherDriverVersionIsNotMounted(t *testing.T) {
 	assert.Equal(t, []string{
 		"/usr/bin/nvidia-smi <- " + filepath.Join(h.driver, "/usr/bin/nvidia-smi"),
 		"/usr/lib64/libcuda.so.535.104.05 <- " + filepath.Join(h.driver, "/usr/lib64/libcuda.so.535.104.05"),
+		ContainerLibDir + "/libcuda.so.535.104.05 <- " + filepath.Join(h.driver, "/usr/lib64/libcuda.so.535.104.05"),
 	}, mountSummary(spec.ContainerEdits.Mounts), "none of the "+testVersion+" libraries")
 
 	inv.DriverVersion = ""
@@ -123,4 +137,119 @@ func TestCharMajors(t *testing.T) {
 	m, err = charMajors(filepath.Join(h.proc, "missing"))
 	require.NoError(t, err)
 	assert.Empty(t, m)
+}
+
+// mountsTo is the mounts of spec whose host path is target (inside the
+// driver root), by container path.
+func mountsTo(h *fakeHost, mounts []string, target string) []string {
+	var out []string
+	suffix := " <- " + filepath.Join(h.driver, target)
+	for _, m := range mounts {
+		if rest, ok := strings.CutSuffix(m, suffix); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+func TestBuildLibrariesAlsoInContainerLibDir(t *testing.T) {
+	// A RHEL host: an Ubuntu image's loader never searches /usr/lib64, an
+	// nvidia/cuda image's LD_LIBRARY_PATH has /usr/local/nvidia/lib64.
+	h := newBareHost(t, 0)
+	cuda := "/usr/lib64/libcuda.so." + testVersion
+	h.file(h.driver, cuda)
+	h.link(h.driver, "/usr/lib64/libcuda.so.1", "libcuda.so."+testVersion)
+	h.link(h.driver, "/usr/lib64/libcuda.so", "libcuda.so.1")
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"/usr/lib64/libcuda.so", "/usr/lib64/libcuda.so.1", cuda,
+		"/usr/local/nvidia/lib64/libcuda.so", "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so." + testVersion,
+	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda), "at the host's path and in /usr/local/nvidia/lib64, links as the real file")
+}
+
+func TestBuildContainerLibDirOncePerName(t *testing.T) {
+	h := newFakeHost(t, 0)
+	// The same names in a later folder: the first folder's files win.
+	other := "/usr/lib64/libcuda.so." + testVersion
+	h.file(h.driver, other)
+	h.link(h.driver, "/usr/lib64/libcuda.so.1", "libcuda.so."+testVersion)
+	// A searched /usr/local/nvidia/lib64 keeps its own file.
+	own := ContainerLibDir + "/libnvidia-ml.so." + testVersion
+	h.file(h.driver, own)
+	o := h.opts()
+	o.LibDirs = []string{h.libDir, "/usr/lib64", ContainerLibDir}
+	spec, err := Build(twoGPUs(), o)
+	require.NoError(t, err)
+	mounts := mountSummary(spec.ContainerEdits.Mounts)
+	assert.Equal(t, []string{"/usr/lib64/libcuda.so.1", other}, mountsTo(h, mounts, other))
+	assert.Contains(t, mountsTo(h, mounts, h.libDir+"/libcuda.so."+testVersion), ContainerLibDir+"/libcuda.so.1")
+	assert.Equal(t, []string{own}, mountsTo(h, mounts, own))
+	assert.Equal(t, []string{h.libDir + "/libnvidia-ml.so.1", h.libDir + "/libnvidia-ml.so." + testVersion, ContainerLibDir + "/libnvidia-ml.so.1"},
+		mountsTo(h, mounts, h.libDir+"/libnvidia-ml.so."+testVersion))
+	seen := map[string]bool{}
+	for _, m := range spec.ContainerEdits.Mounts {
+		assert.False(t, seen[m.ContainerPath], "%s mounted twice", m.ContainerPath)
+		seen[m.ContainerPath] = true
+	}
+}
+
+func TestBuildDebianNvidiaCurrent(t *testing.T) {
+	// Debian's driver packages: the libraries in nvidia/current, the SONAME
+	// links in the multiarch folder through /etc/alternatives.
+	h := newBareHost(t, 0)
+	x86, current := h.libDir, h.libDir+"/nvidia/current"
+	cuda := current + "/libcuda.so." + testVersion
+	h.file(h.driver, cuda)
+	h.link(h.driver, current+"/libcuda.so.1", "libcuda.so."+testVersion)
+	h.link(h.driver, "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu", current+"/libcuda.so.1")
+	h.link(h.driver, x86+"/libcuda.so.1", "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu")
+	h.link(h.driver, x86+"/libcuda.so", "libcuda.so.1")
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		x86 + "/libcuda.so", x86 + "/libcuda.so.1", current + "/libcuda.so.1", cuda,
+		ContainerLibDir + "/libcuda.so", ContainerLibDir + "/libcuda.so.1", ContainerLibDir + "/libcuda.so." + testVersion,
+	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda), "links of an earlier folder into a later one are kept")
+}
+
+func TestBuildLib64Nvidia(t *testing.T) {
+	h := newBareHost(t, 0)
+	cuda := "/usr/lib64/nvidia/libcuda.so." + testVersion
+	h.file(h.driver, cuda)
+	h.link(h.driver, "/usr/lib64/libcuda.so.1", "nvidia/libcuda.so."+testVersion)
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"/usr/lib64/libcuda.so.1", cuda,
+		ContainerLibDir + "/libcuda.so.1", ContainerLibDir + "/libcuda.so." + testVersion,
+	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda))
+}
+
+func TestBuildLegacyNVVM(t *testing.T) {
+	// R575+: libnvidia-nvvm70.so.4 carries no driver version.
+	h := newFakeHost(t, 0)
+	nvvm70 := h.libDir + "/libnvidia-nvvm70.so.4"
+	h.file(h.driver, nvvm70)
+	h.link(h.driver, h.libDir+"/libnvidia-nvvm70.so", "libnvidia-nvvm70.so.4")
+	h.file(h.driver, h.libDir+"/libnvidia-nvvm71.so.4") // not the legacy library
+	spec, err := Build(twoGPUs(), h.opts())
+	require.NoError(t, err)
+	mounts := mountSummary(spec.ContainerEdits.Mounts)
+	assert.Equal(t, []string{
+		h.libDir + "/libnvidia-nvvm70.so", nvvm70,
+		ContainerLibDir + "/libnvidia-nvvm70.so", ContainerLibDir + "/libnvidia-nvvm70.so.4",
+	}, mountsTo(h, mounts, nvvm70))
+	assert.Empty(t, mountsTo(h, mounts, h.libDir+"/libnvidia-nvvm71.so.4"))
+}
+
+func TestDefaultLibDirs(t *testing.T) {
+	dirs := DefaultLibDirs()
+	for _, d := range []string{
+		"/usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu/nvidia/current", "/lib/x86_64-linux-gnu",
+		"/usr/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu/nvidia/current", "/lib/aarch64-linux-gnu",
+		"/usr/lib64", "/usr/lib64/nvidia", "/lib64",
+	} {
+		assert.Contains(t, dirs, d)
+	}
 }

@@ -23,6 +23,20 @@ type fakeHost struct {
 // testVersion and their links, nvidia-smi, and the given GPU minors' nodes.
 func newFakeHost(t *testing.T, minors ...int) *fakeHost {
 	t.Helper()
+	h := newBareHost(t, minors...)
+	h.file(h.driver, h.libDir+"/libcuda.so."+testVersion)
+	h.link(h.driver, h.libDir+"/libcuda.so.1", "libcuda.so."+testVersion)
+	h.link(h.driver, h.libDir+"/libcuda.so", "libcuda.so.1")
+	h.file(h.driver, h.libDir+"/libnvidia-ml.so."+testVersion)
+	h.link(h.driver, h.libDir+"/libnvidia-ml.so.1", h.libDir+"/libnvidia-ml.so."+testVersion) // absolute
+	h.file(h.driver, h.bin+"/nvidia-smi")
+	return h
+}
+
+// newBareHost makes a host with the given GPU minors' nodes, nvidia-uvm
+// (508) and nvidia-caps (237) in <proc>/devices, and no driver files.
+func newBareHost(t *testing.T, minors ...int) *fakeHost {
+	t.Helper()
 	root := t.TempDir()
 	h := &fakeHost{
 		t: t, dev: filepath.Join(root, "dev"), driver: filepath.Join(root, "driver"), proc: filepath.Join(root, "proc"),
@@ -31,12 +45,7 @@ func newFakeHost(t *testing.T, minors ...int) *fakeHost {
 	for _, m := range minors {
 		h.file(h.dev, "nvidia"+strconv.Itoa(m))
 	}
-	h.file(h.driver, h.libDir+"/libcuda.so."+testVersion)
-	h.link(h.driver, h.libDir+"/libcuda.so.1", "libcuda.so."+testVersion)
-	h.link(h.driver, h.libDir+"/libcuda.so", "libcuda.so.1")
-	h.file(h.driver, h.libDir+"/libnvidia-ml.so."+testVersion)
-	h.link(h.driver, h.libDir+"/libnvidia-ml.so.1", h.libDir+"/libnvidia-ml.so."+testVersion) // absolute
-	h.file(h.driver, h.bin+"/nvidia-smi")
+	require.NoError(t, os.MkdirAll(h.driver, 0o755))
 	h.write(h.proc, "devices", "Character devices:\n  1 mem\n195 nvidia-frontend\n237 nvidia-caps\n508 nvidia-uvm\n\nBlock devices:\n  9 nvidia-uvm\n259 blkext\n")
 	return h
 }

@@ -20,14 +20,22 @@ type Options struct {
 	BinDirs []string
 }
 
-// DefaultLibDirs are the folders searched for driver libraries.
+// DefaultLibDirs are the folders searched for driver libraries: the
+// multiarch folders of Debian-family hosts and their nvidia/current (where
+// Debian's own driver packages put the libraries), and /usr/lib64 and
+// /lib64 of other hosts and /usr/lib64/nvidia.
 func DefaultLibDirs() []string {
 	return []string{
-		"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
-		"/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu",
-		"/usr/lib64", "/lib64",
+		"/usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu/nvidia/current", "/lib/x86_64-linux-gnu",
+		"/usr/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu/nvidia/current", "/lib/aarch64-linux-gnu",
+		"/usr/lib64", "/usr/lib64/nvidia", "/lib64",
 	}
 }
+
+// ContainerLibDir is the folder of the container into which every driver
+// library and every link to one is mounted a second time: nvidia/cuda
+// images have it in LD_LIBRARY_PATH (and in /etc/ld.so.conf.d/nvidia.conf).
+const ContainerLibDir = "/usr/local/nvidia/lib64"
 
 // DefaultBinDirs are the folders searched for driver binaries.
 func DefaultBinDirs() []string {

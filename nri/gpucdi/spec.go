@@ -17,16 +17,21 @@ const AllDevice = "all"
 type controlNode struct {
 	name, driver string // driver: the <proc>/devices name giving the major
 	major, minor int64
+	// always: emitted when the host has GPUs, node or not; else when the
+	// node exists or <proc>/devices lists driver.
+	always bool
 }
 
-// controlNodes are the nodes every GPU container gets when the host has
-// them.
+// controlNodes are the nodes every GPU container gets. nvidia-uvm's nodes
+// are made lazily (by nvidia-modprobe, on first CUDA use on the host), so
+// the module being loaded is enough; nvidia-modeset is optional and only
+// passed on when the node exists.
 func controlNodes() []controlNode {
 	return []controlNode{
-		{"nvidiactl", "", nvidiaMajor, 255},
-		{"nvidia-uvm", "nvidia-uvm", 0, 0},
-		{"nvidia-uvm-tools", "nvidia-uvm", 0, 1},
-		{"nvidia-modeset", "", nvidiaMajor, 254},
+		{name: "nvidiactl", major: nvidiaMajor, minor: 255, always: true},
+		{name: "nvidia-uvm", driver: "nvidia-uvm", minor: 0},
+		{name: "nvidia-uvm-tools", driver: "nvidia-uvm", minor: 1},
+		{name: "nvidia-modeset", major: nvidiaMajor, minor: 254},
 	}
 }
 
@@ -81,12 +86,12 @@ func Build(inv Inventory, o Options) (*cdispec.Spec, error) {
 	}
 
 	for _, c := range controlNodes() {
-		if !exists(filepath.Join(o.DevRoot, c.name)) {
-			continue
-		}
-		major := c.major
+		major, listed := c.major, false
 		if c.driver != "" {
-			major = majors[c.driver]
+			major, listed = majors[c.driver]
+		}
+		if len(inv.GPUs) == 0 || !c.always && !listed && !exists(filepath.Join(o.DevRoot, c.name)) {
+			continue
 		}
 		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, devNode(o.DevRoot, c.name, major, c.minor))
 	}

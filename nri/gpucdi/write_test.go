@@ -40,7 +40,7 @@ func TestWriteIsIdempotentAndAtomic(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, os.SameFile(st1, st2))
 
-	h.file(h.dev, "nvidiactl")
+	h.file(h.dev, "nvidia-modeset")
 	spec, err = Build(twoGPUs(), h.opts())
 	require.NoError(t, err)
 	_, changed, err = Write(spec, dir)
@@ -98,8 +98,8 @@ func TestOtherSpecsAndRemove(t *testing.T) {
 // runtime does, and checks the OCI edits.
 func TestSpecInjects(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
-	h.file(h.dev, "nvidiactl")
-	h.file(h.dev, "nvidia-uvm")
+	// No control node exists: the spec's numbers are enough for the CDI
+	// library.
 	h.write(h.proc, "driver/nvidia-caps/mig-minors", "gpu3/gi1/access 30\ngpu3/gi1/ci0/access 31\ngpu3/gi2/access 39\ngpu3/gi2/ci0/access 40\n")
 	dir := t.TempDir()
 	spec, err := Build(migInventory(), h.opts())
@@ -128,13 +128,14 @@ func TestSpecInjects(t *testing.T) {
 	}
 
 	s := inject("nvidia.com/gpu=0")
-	assert.Equal(t, []string{"/dev/nvidiactl c 195:255", "/dev/nvidia-uvm c 508:0", "/dev/nvidia0 c 195:0"}, devs(s))
+	ctl := []string{"/dev/nvidiactl c 195:255", "/dev/nvidia-uvm c 508:0", "/dev/nvidia-uvm-tools c 508:1"}
+	assert.Equal(t, append(ctl, "/dev/nvidia0 c 195:0"), devs(s))
 	var allowed []string
 	for _, r := range s.Linux.Resources.Devices {
 		assert.True(t, r.Allow)
 		allowed = append(allowed, r.Type+" "+itoa64(*r.Major)+":"+itoa64(*r.Minor)+" "+r.Access)
 	}
-	assert.ElementsMatch(t, []string{"c 195:0 rwm", "c 195:255 rwm", "c 508:0 rwm"}, allowed)
+	assert.ElementsMatch(t, []string{"c 195:0 rwm", "c 195:255 rwm", "c 508:0 rwm", "c 508:1 rwm"}, allowed)
 	assert.ElementsMatch(t, []string{"NVIDIA_VISIBLE_DEVICES=void", "PATH=/bin"}, s.Process.Env)
 	assert.Nil(t, s.Hooks, "no hooks reach the container")
 	var mounts []string
@@ -144,19 +145,19 @@ func TestSpecInjects(t *testing.T) {
 	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so." + testVersion
 	assert.Contains(t, mounts, "/usr/lib/x86_64-linux-gnu/libcuda.so.1 <- "+filepath.Join(h.driver, lib))
 	assert.Contains(t, mounts, lib+" <- "+filepath.Join(h.driver, lib))
+	assert.Contains(t, mounts, "/usr/local/nvidia/lib64/libcuda.so.1 <- "+filepath.Join(h.driver, lib))
 	assert.Contains(t, mounts, "/usr/bin/nvidia-smi <- "+filepath.Join(h.driver, "/usr/bin/nvidia-smi"))
 
 	byUUID := inject("nvidia.com/gpu=GPU-bbbb")
-	assert.Equal(t, []string{"/dev/nvidiactl c 195:255", "/dev/nvidia-uvm c 508:0", "/dev/nvidia3 c 195:3"}, devs(byUUID))
+	assert.Equal(t, append(ctl, "/dev/nvidia3 c 195:3"), devs(byUUID))
 
 	mig := inject("nvidia.com/gpu=1:2")
-	assert.Equal(t, []string{
-		"/dev/nvidiactl c 195:255", "/dev/nvidia-uvm c 508:0",
+	assert.Equal(t, append(ctl,
 		"/dev/nvidia3 c 195:3", "/dev/nvidia-caps/nvidia-cap39 c 237:39", "/dev/nvidia-caps/nvidia-cap40 c 237:40",
-	}, devs(mig))
+	), devs(mig))
 
 	all := inject("nvidia.com/gpu=all")
-	assert.Len(t, all.Linux.Devices, 8, "two GPUs, four caps, two control nodes")
+	assert.Len(t, all.Linux.Devices, 9, "two GPUs, four caps, three control nodes")
 
 	// A pod with hostUsers: false: nothing to run in the bundle; the CDI
 	// library makes the bind mounts ID-mapped.
