@@ -60,6 +60,10 @@ type Validator struct {
 	mu     sync.Mutex
 	report Report
 	node   func() (*corev1.Node, bool)
+	// staleRV is the resourceVersion of the cached Node when the last patch
+	// was sent: until the cache moves past it, the cache does not show the
+	// patch yet (and the file changes in bursts).
+	staleRV, sent string
 }
 
 // New validates the options.
@@ -101,6 +105,7 @@ func (v *Validator) Run(ctx context.Context) error {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { poke() },
 		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
 	}); err != nil {
 		return fmt.Errorf("node %s: watch: %w", v.o.NodeName, err)
 	}
@@ -233,10 +238,14 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	if node.Annotations[workload.PermittedAnnotation] == string(compact) {
 		return problems
 	}
+	if node.ResourceVersion == v.staleRV && v.sent == string(compact) {
+		return problems // sent; the watch has not caught up yet
+	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workload.PermittedAnnotation: string(compact)}}})
 	if _, err := v.o.Client.CoreV1().Nodes().Patch(ctx, v.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, workload.PermittedAnnotation, err))
 	}
+	v.staleRV, v.sent = node.ResourceVersion, string(compact)
 	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))
 	return problems
 }

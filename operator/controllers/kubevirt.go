@@ -101,7 +101,8 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 
 // Permitted derives the entries from the GPU resources nodes advertise.
 // What a node's validator published (workload.PermittedAnnotation) comes
-// first; without it, curated model names map back to their PCI ids and
+// first, on nodes that run our KubeVirt plugin (a stale annotation of a
+// node switched to another config counts for nothing); without it, curated model names map back to their PCI ids and
 // vGPU type resources (nvidia.com/NVIDIA_*) to their mdev type names.
 // Only resources a node advertises count, only nvidia.com/ names, and only
 // NVIDIA (10DE) PCI selectors: a node cannot permit other devices
@@ -115,9 +116,13 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 		if !workload.IsGPUNode(n) {
 			continue
 		}
-		pubP, pubM, err := published(n)
-		if err != nil {
-			problems = append(problems, err.Error())
+		var pubP map[string][]kubevirtv1.PciHostDevice
+		var pubM map[string][]kubevirtv1.MediatedHostDevice
+		if n.Labels[workload.DeployLabel(workload.KubeVirtDevicePlugin)] == "true" {
+			var err error
+			if pubP, pubM, err = published(n); err != nil {
+				problems = append(problems, err.Error())
+			}
 		}
 		for res, q := range n.Status.Capacity {
 			name, ok := strings.CutPrefix(string(res), "nvidia.com/")
@@ -154,6 +159,13 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 
 var pciSelector = regexp.MustCompile(`^10DE:[0-9A-F]{4}$`)
 
+// Bounds on what one node may publish (a node's annotation must not grow
+// the cluster-wide KubeVirt CR without limit).
+const (
+	maxPublishedEntries     = 64
+	maxSelectorsPerResource = 8
+)
+
 // published reads a node's annotation, keeping the well-formed entries by
 // resource name.
 func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[string][]kubevirtv1.MediatedHostDevice, error) {
@@ -168,23 +180,28 @@ func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[strin
 	pci := map[string][]kubevirtv1.PciHostDevice{}
 	mdev := map[string][]kubevirtv1.MediatedHostDevice{}
 	var bad []string
+	if len(p.PciHostDevices)+len(p.MediatedDevices) > maxPublishedEntries {
+		return nil, nil, fmt.Errorf("node %s: annotation %s: %d entries, more than %d: ignored", n.Name, workload.PermittedAnnotation,
+			len(p.PciHostDevices)+len(p.MediatedDevices), maxPublishedEntries)
+	}
 	for _, e := range p.PciHostDevices {
 		e.PCIVendorSelector = strings.ToUpper(e.PCIVendorSelector)
-		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || !pciSelector.MatchString(e.PCIVendorSelector) {
+		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || !pciSelector.MatchString(e.PCIVendorSelector) || len(pci[e.ResourceName]) >= maxSelectorsPerResource {
 			bad = append(bad, e.ResourceName+"="+e.PCIVendorSelector)
 			continue
 		}
 		pci[e.ResourceName] = append(pci[e.ResourceName], kubevirtv1.PciHostDevice{PCIVendorSelector: e.PCIVendorSelector, ResourceName: e.ResourceName, ExternalResourceProvider: true})
 	}
 	for _, e := range p.MediatedDevices {
-		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || e.MDEVNameSelector == "" {
+		if !strings.HasPrefix(e.ResourceName, "nvidia.com/") || !strings.HasPrefix(e.MDEVNameSelector, "NVIDIA ") || len(mdev[e.ResourceName]) >= maxSelectorsPerResource {
 			bad = append(bad, e.ResourceName+"="+e.MDEVNameSelector)
 			continue
 		}
 		mdev[e.ResourceName] = append(mdev[e.ResourceName], kubevirtv1.MediatedHostDevice{MDEVNameSelector: e.MDEVNameSelector, ResourceName: e.ResourceName, ExternalResourceProvider: true})
 	}
 	if len(bad) > 0 {
-		return pci, mdev, fmt.Errorf("node %s: annotation %s: ignored entries outside nvidia.com/ or NVIDIA PCI ids: %s", n.Name, workload.PermittedAnnotation, strings.Join(bad, ", "))
+		return pci, mdev, fmt.Errorf("node %s: annotation %s: ignored entries outside nvidia.com/, NVIDIA PCI ids or NVIDIA mdev types, or over %d selectors per resource: %s",
+			n.Name, workload.PermittedAnnotation, maxSelectorsPerResource, strings.Join(bad, ", "))
 	}
 	return pci, mdev, nil
 }
@@ -198,41 +215,62 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// sync merges our entries into one CR, writing only on change.
+// sync merges our entries into one CR, writing only on change. Entries
+// are ours by resource name and selector (the ManagedAnnotation lists
+// them): anything else is kept as it is, and a resource name someone else
+// already permits is left to them (two providers of one resource would
+// clash), reported instead.
 func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstructured, pci []kubevirtv1.PciHostDevice, mdev []kubevirtv1.MediatedHostDevice) error {
 	before := cr.DeepCopy()
 	managed := map[string]bool{}
 	var list []string
 	_ = json.Unmarshal([]byte(cr.GetAnnotations()[ManagedAnnotation]), &list)
 	for _, n := range list {
-		managed[n] = true
+		managed[n] = true // "pci|<name>|<selector>", "mdev|<name>|<selector>"; a bare name from older versions covers the name
 	}
+	ours := func(kind, name, sel string) bool { return managed[entryKey(kind, name, sel)] || managed[name] }
 	var current kubevirtv1.PermittedHostDevices
 	if raw, ok, _ := unstructured.NestedMap(cr.Object, "spec", "configuration", "permittedHostDevices"); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &current); err != nil {
 			return fmt.Errorf("KubeVirt %s/%s: permittedHostDevices: %w", cr.GetNamespace(), cr.GetName(), err)
 		}
 	}
-	ours := map[string]bool{}
 	var next kubevirtv1.PermittedHostDevices
-	for _, e := range pci {
-		ours[e.ResourceName] = true
-	}
-	for _, e := range mdev {
-		ours[e.ResourceName] = true
-	}
+	foreign := map[string]bool{}
 	for _, e := range current.PciHostDevices {
-		if !managed[e.ResourceName] && !ours[e.ResourceName] {
-			next.PciHostDevices = append(next.PciHostDevices, e) // someone else's
+		if !ours("pci", e.ResourceName, e.PCIVendorSelector) {
+			next.PciHostDevices = append(next.PciHostDevices, e)
+			foreign[e.ResourceName] = true
 		}
 	}
 	for _, e := range current.MediatedDevices {
-		if !managed[e.ResourceName] && !ours[e.ResourceName] {
+		if !ours("mdev", e.ResourceName, e.MDEVNameSelector) {
 			next.MediatedDevices = append(next.MediatedDevices, e)
+			foreign[e.ResourceName] = true
 		}
 	}
-	next.PciHostDevices = append(next.PciHostDevices, pci...)
-	next.MediatedDevices = append(next.MediatedDevices, mdev...)
+	var added, left []string
+	for _, e := range pci {
+		if foreign[e.ResourceName] {
+			left = append(left, e.ResourceName)
+			continue
+		}
+		next.PciHostDevices = append(next.PciHostDevices, e)
+		added = append(added, entryKey("pci", e.ResourceName, e.PCIVendorSelector))
+	}
+	addedMdev := false
+	for _, e := range mdev {
+		if foreign[e.ResourceName] {
+			left = append(left, e.ResourceName)
+			continue
+		}
+		next.MediatedDevices = append(next.MediatedDevices, e)
+		added = append(added, entryKey("mdev", e.ResourceName, e.MDEVNameSelector))
+		addedMdev = true
+	}
+	if len(left) > 0 {
+		log.FromContext(ctx).Info("Left resources that the KubeVirt CR already permits to someone else", "kubevirt", cr.GetNamespace()+"/"+cr.GetName(), "resources", left)
+	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
 	if err != nil {
 		return err
@@ -240,7 +278,7 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 	if err := unstructured.SetNestedMap(cr.Object, raw, "spec", "configuration", "permittedHostDevices"); err != nil {
 		return err
 	}
-	if len(mdev) > 0 {
+	if addedMdev {
 		gates, _, _ := unstructured.NestedStringSlice(cr.Object, "spec", "configuration", "developerConfiguration", "featureGates")
 		if !contains(gates, MDEVGate) {
 			if err := unstructured.SetNestedStringSlice(cr.Object, append(gates, MDEVGate), "spec", "configuration", "developerConfiguration", "featureGates"); err != nil {
@@ -248,8 +286,8 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 			}
 		}
 	}
-	names := sortedKeys(ours)
-	b, _ := json.Marshal(names)
+	sort.Strings(added)
+	b, _ := json.Marshal(added)
 	ann := cr.GetAnnotations()
 	if ann == nil {
 		ann = map[string]string{}
@@ -264,6 +302,8 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 	}
 	return nil
 }
+
+func entryKey(kind, name, selector string) string { return kind + "|" + name + "|" + selector }
 
 func contains(list []string, s string) bool {
 	for _, x := range list {

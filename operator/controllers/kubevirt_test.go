@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,6 +104,7 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 
 func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
 	gpu := map[string]string{workload.GPUPresentLabel: "true"}
+	kv := map[string]string{workload.GPUPresentLabel: "true", workload.DeployLabel(workload.KubeVirtDevicePlugin): "true"}
 	node := func(name string, labels map[string]string, ann string, res ...string) corev1.Node {
 		n := corev1.Node{}
 		n.Name, n.Labels = name, labels
@@ -116,20 +119,24 @@ func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
 	}
 	nodes := []corev1.Node{
 		// Published, and advertised: taken as published (two selectors for one name is fine for KubeVirt).
-		node("a", gpu, `{"pciHostDevices":[{"pciVendorSelector":"10DE:2B85","resourceName":"nvidia.com/GB202"},`+
+		node("a", kv, `{"pciHostDevices":[{"pciVendorSelector":"10DE:2B85","resourceName":"nvidia.com/GB202"},`+
 			`{"pciVendorSelector":"10DE:2B87","resourceName":"nvidia.com/GB202"},`+
 			`{"pciVendorSelector":"15B3:1021","resourceName":"nvidia.com/GB202"},`+
 			`{"pciVendorSelector":"10DE:0001","resourceName":"example.com/nic"}],`+
-			`"mediatedDevices":[{"mdevNameSelector":"NVIDIA L40S-8Q","resourceName":"nvidia.com/NVIDIA_L40S-8Q"}]}`,
+			`"mediatedDevices":[{"mdevNameSelector":"NVIDIA L40S-8Q","resourceName":"nvidia.com/NVIDIA_L40S-8Q"},`+
+			`{"mdevNameSelector":"i915-GVTg_V5_4","resourceName":"nvidia.com/NVIDIA_L40S-8Q"}]}`,
 			"nvidia.com/GB202", "nvidia.com/NVIDIA_L40S-8Q"),
 		// Published but no longer advertised: nothing.
-		node("b", gpu, `{"pciHostDevices":[{"pciVendorSelector":"10DE:20B5","resourceName":"nvidia.com/GA100_A100_PCIE_80GB"}]}`),
+		node("b", kv, `{"pciHostDevices":[{"pciVendorSelector":"10DE:20B5","resourceName":"nvidia.com/GA100_A100_PCIE_80GB"}]}`),
+		// Published, advertised, but the node no longer runs our KubeVirt
+		// plugin (switched to Kata): the stale annotation counts for nothing.
+		node("f", gpu, `{"pciHostDevices":[{"pciVendorSelector":"10DE:FFFF","resourceName":"nvidia.com/GA102GL_A10"}]}`, "nvidia.com/GA102GL_A10"),
 		// Not published: curated names map back.
 		node("c", gpu, "", "nvidia.com/GA102GL_A10"),
 		// Not a GPU node: ignored even with capacity.
 		node("d", nil, "", "nvidia.com/TU104GL_TESLA_T4"),
 		// Garbage: reported, curated fallback still applies.
-		node("e", gpu, "{", "nvidia.com/GA102GL_A10"),
+		node("e", kv, "{", "nvidia.com/GA102GL_A10"),
 	}
 	pci, mdev, problems := Permitted(nodes)
 	var got []string
@@ -144,5 +151,61 @@ func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
 	assert.Contains(t, problems[0], "node a:")
 	assert.Contains(t, problems[0], "nvidia.com/GB202=15B3:1021")
 	assert.Contains(t, problems[0], "example.com/nic=10DE:0001")
+	assert.Contains(t, problems[0], "nvidia.com/NVIDIA_L40S-8Q=i915-GVTg_V5_4", "a node cannot turn mdev types of other vendors on")
 	assert.Contains(t, problems[1], "node e:")
+
+	// One node cannot blow up the cluster-wide CR.
+	var many []string
+	for i := 0; i < 100; i++ {
+		many = append(many, fmt.Sprintf(`{"pciVendorSelector":"10DE:%04X","resourceName":"nvidia.com/GB202"}`, i))
+	}
+	pci, _, problems = Permitted([]corev1.Node{node("g", kv, `{"pciHostDevices":[`+strings.Join(many, ",")+`]}`, "nvidia.com/GB202")})
+	assert.Empty(t, pci)
+	require.Len(t, problems, 1)
+	assert.Contains(t, problems[0], "100 entries, more than 64")
+	pci, _, problems = Permitted([]corev1.Node{node("h", kv, `{"pciHostDevices":[`+strings.Join(many[:10], ",")+`]}`, "nvidia.com/GB202")})
+	assert.Len(t, pci, 8, "at most 8 selectors per resource")
+	require.Len(t, problems, 1)
+}
+
+// A resource name the CR already permits to someone else (KubeVirt's own
+// plugin, say) is left to them: not taken over, and so never removed.
+func TestKubeVirtLeavesResourcesOthersPermit(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	ensureNamespace(t, c, "kubevirt-own")
+	cr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+		"metadata": map[string]any{"name": "kubevirt", "namespace": "kubevirt-own"},
+		"spec": map[string]any{"configuration": map[string]any{"permittedHostDevices": map[string]any{
+			"pciHostDevices": []any{map[string]any{"pciVendorSelector": "10DE:1EB8", "resourceName": "nvidia.com/TU104GL_TESLA_T4"}}}}},
+	}}
+	require.NoError(t, c.Create(ctx, cr))
+	t.Cleanup(func() { _ = c.Delete(ctx, cr) })
+	setPolicy(t, c, sandboxOn("vm-passthrough"))
+	startOperator(t, newClock())
+	newNode(t, c, "kv-t4", nil)
+	newNode(t, c, "kv-a10b", nil)
+	setCapacity(t, c, "kv-t4", map[string]int64{"nvidia.com/TU104GL_TESLA_T4": 1})
+	setCapacity(t, c, "kv-a10b", map[string]int64{"nvidia.com/GA102GL_A10": 1})
+	get := func() *unstructured.Unstructured {
+		got := &unstructured.Unstructured{}
+		got.SetAPIVersion("kubevirt.io/v1")
+		got.SetKind("KubeVirt")
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "kubevirt-own", Name: "kubevirt"}, got))
+		return got
+	}
+	testutil.Eventually(t, wait, "the A10 added next to the user's T4", func() bool {
+		return assert.ObjectsAreEqual([]string{"nvidia.com/TU104GL_TESLA_T4", "nvidia.com/GA102GL_A10"}, resourceNames(t, get(), "pciHostDevices"))
+	})
+	entries, _, _ := unstructured.NestedSlice(get().Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
+	assert.Nil(t, entries[0].(map[string]any)["externalResourceProvider"], "the user's entry as they wrote it")
+	assert.Equal(t, `["pci|nvidia.com/GA102GL_A10|10DE:2236"]`, get().GetAnnotations()[ManagedAnnotation])
+
+	setCapacity(t, c, "kv-t4", map[string]int64{"cpu": 1})
+	setCapacity(t, c, "kv-a10b", map[string]int64{"cpu": 1})
+	testutil.Eventually(t, wait, "ours removed, the user's kept", func() bool {
+		return assert.ObjectsAreEqual([]string{"nvidia.com/TU104GL_TESLA_T4"}, resourceNames(t, get(), "pciHostDevices"))
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // readManifests decodes every document of the given files under manifests/.
@@ -127,4 +128,39 @@ func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "only their own Node")
 	})
 	require.NoError(t, label("vap-a"), "its own node is fine")
+
+	// On its own Node: the validator's annotation is fine; anything that
+	// would change scheduling or the workload is not.
+	change := func(mutate func(n *corev1.Node)) error {
+		n := &corev1.Node{}
+		if err := daemon.Get(ctx, client.ObjectKey{Name: "vap-a"}, n); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		mutate(n)
+		return daemon.Patch(ctx, n, patch)
+	}
+	require.NoError(t, change(func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[workload.PermittedAnnotation] = "{}"
+	}))
+	for what, mutate := range map[string]func(n *corev1.Node){
+		"spec":             func(n *corev1.Node) { n.Spec.Unschedulable = true },
+		"a foreign label":  func(n *corev1.Node) { n.Labels["node-restriction.kubernetes.io/x"] = "y" },
+		"the config label": func(n *corev1.Node) { n.Labels[workload.ConfigLabel] = "vm-passthrough" },
+		"a deploy label":   func(n *corev1.Node) { n.Labels[workload.DeployLabel(workload.VFIOManager)] = "true" },
+		"removing a label": func(n *corev1.Node) { delete(n.Labels, "feature.node.kubernetes.io/pci-10de.present") },
+		"a foreign annotation": func(n *corev1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations["example.com/x"] = "y"
+		},
+	} {
+		err := change(mutate)
+		require.Error(t, err, what)
+		assert.Contains(t, err.Error(), "sandbox-gpu node daemons may", what)
+	}
 }

@@ -86,6 +86,7 @@ var builders = map[string]builder{
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"--health-addr=:8082"}
+			apiAccess(ds)
 			// Reads the VFIO manager's and the KubeVirt plugin's files; it
 			// may start first, so the folder is created if missing.
 			mount(ds, "run", "/run/sandbox-gpu", false)
@@ -97,6 +98,7 @@ var builders = map[string]builder{
 		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)"}
+			apiAccess(ds)
 			mount(ds, "sys", "/sys", false)
 			mount(ds, "dev", "/dev", false)
 			if name := p.VGPUDeviceManager.Config.Name; name != "" {
@@ -181,6 +183,12 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	return ds, nil
 }
 
+// apiAccess gives the operand its service account token (off by default).
+func apiAccess(ds *appsv1.DaemonSet) {
+	on := true
+	ds.Spec.Template.Spec.AutomountServiceAccountToken = &on
+}
+
 func devicePlugin(ds *appsv1.DaemonSet) {
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
 	mount(ds, "sys", "/sys", true)
@@ -188,11 +196,11 @@ func devicePlugin(ds *appsv1.DaemonSet) {
 	mount(ds, "run", "/run/sandbox-gpu", false)
 }
 
+// mount adds a host folder. It is created if missing, even for read-only
+// mounts: /etc/cdi or /var/run/cdi may not exist yet on a node, and a pod
+// must not stay in ContainerCreating for that.
 func mount(ds *appsv1.DaemonSet, name, path string, readOnly bool) {
 	t := corev1.HostPathDirectoryOrCreate
-	if readOnly {
-		t = corev1.HostPathDirectory
-	}
 	ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: name,
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}})
 	c := &ds.Spec.Template.Spec.Containers[0]

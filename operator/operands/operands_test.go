@@ -73,3 +73,20 @@ func TestEnabled(t *testing.T) {
 	_, err := Build("nope", p, opts)
 	assert.Error(t, err)
 }
+
+// Only operands that talk to the API server carry a token: a node daemon's
+// token may change its own Node (within the admission policy).
+func TestOnlyAPIClientsGetAToken(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	for _, op := range Names() {
+		ds, err := Build(op, p, Options{Namespace: "ns", Registry: "r", Version: "v"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := ds.Spec.Template.Spec.AutomountServiceAccountToken
+		want := op == workload.Validator || op == workload.VGPUDeviceManager
+		if a == nil || *a != want {
+			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
+		}
+	}
+}
