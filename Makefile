@@ -9,7 +9,7 @@ BENCHTIME     ?= 1s
 FUZZ_PKGS     ?= ./vfio/host ./internal/gpuname
 BINARIES      := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test unit fuzz e2e test-deps envtest-assets envtest-compat generate bench lint fmt demo-status clean
+.PHONY: help build test unit fuzz e2e test-deps envtest-assets envtest-compat generate bench lint fmt demo demo-status clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -74,6 +74,10 @@ lint: ## go vet and staticcheck over both modules
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
+
+demo: ## The whole story on an embedded default: envtest's kube-apiserver, the operator, and the real operands on simulated GPU hosts (no cluster, no GPU)
+	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && \
+	CGO_ENABLED=0 $(GO) run ./cmd/sandbox-gpu-demo --assets $$assets
 
 demo-status: ## The VFIO manager's status and plan on the bundled simulated HGX H100 host
 	$(GO) run ./cmd/vfio-manager status --simulate hgx-h100

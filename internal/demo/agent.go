@@ -1,0 +1,227 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+	"github.com/sandbox-gpu/sandbox-gpu/validator"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+)
+
+// agent plays one node: the DaemonSet controller and kubelet that would
+// start the operands its deploy labels select, running the real operand
+// code in process against a simulated host, and marking each operand's pod
+// Ready once the operand itself says so.
+type agent struct {
+	node, ns string
+	cs       kubernetes.Interface
+	h        *host.Host
+	dir      string
+	log      logr.Logger
+
+	started map[string]func() bool // operand -> its readiness
+	podDone map[string]bool
+	kubelet *kubelet
+}
+
+func newAgent(node, fixture, dir, ns string, cs kubernetes.Interface, log logr.Logger) (*agent, error) {
+	a := &agent{node: node, ns: ns, cs: cs, dir: dir, log: log.WithValues("node", node),
+		started: map[string]func() bool{}, podDone: map[string]bool{}}
+	if err := os.MkdirAll(filepath.Join(dir, "host"), 0o755); err != nil {
+		return nil, err
+	}
+	if fixture != "" {
+		fx, err := hostsim.Lookup(fixture)
+		if err != nil {
+			return nil, err
+		}
+		k, err := fx.Build(filepath.Join(dir, "host"))
+		if err != nil {
+			return nil, fmt.Errorf("node %s: simulated host %s: %w", node, fixture, err)
+		}
+		a.h = host.New(k.Options())
+	}
+	for _, d := range []string{"run", "dp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *agent) path(p ...string) string { return filepath.Join(append([]string{a.dir}, p...)...) }
+
+// run follows the Node's deploy labels until ctx ends.
+func (a *agent) run(ctx context.Context) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if a.kubelet != nil {
+				a.kubelet.stop()
+			}
+			return
+		case <-tick.C:
+		}
+		n, err := a.cs.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		for l, v := range n.Labels {
+			op, ok := strings.CutPrefix(l, workload.DeployPrefix)
+			if !ok || v != "true" {
+				continue
+			}
+			if _, ok := a.started[op]; !ok {
+				ready, err := a.start(ctx, op)
+				if err != nil {
+					a.log.Error(err, "Operand failed to start", "operand", op)
+					ready = func() bool { return false }
+				}
+				a.started[op] = ready
+			}
+		}
+		for op, ready := range a.started {
+			if !a.podDone[op] && ready() {
+				if err := a.readyPod(ctx, op); err == nil {
+					a.podDone[op] = true
+				}
+			}
+		}
+	}
+}
+
+// start runs an operand's real code; the returned func says when it is ready.
+func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
+	log := a.log.WithValues("operand", op)
+	switch op {
+	case workload.VFIOManager:
+		if a.h == nil {
+			return nil, fmt.Errorf("no simulated host")
+		}
+		d, err := vfio.NewDaemon(vfio.DaemonOptions{Host: a.h, Desired: vfio.Desired{All: true, NVSwitches: true},
+			ReadyDir: a.path("run"), Resync: time.Minute, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = d.Run(ctx) }()
+		return func() bool { return readyFile(a.path("run", vfio.ReadyFileName)) }, nil
+	case workload.KubeVirtDevicePlugin:
+		if a.h == nil {
+			return nil, fmt.Errorf("no simulated host")
+		}
+		k, err := startKubelet(ctx, a.path("dp"), a.advertise)
+		if err != nil {
+			return nil, err
+		}
+		a.kubelet = k
+		namer, err := kubevirt.NewNamer("", "")
+		if err != nil {
+			return nil, err
+		}
+		s := &kubevirt.Scanner{Host: a.h, Namer: namer}
+		permitted := a.path("run", "kubevirt-permitted-host-devices.json")
+		m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: a.path("dp"), SocketPrefix: "sandbox-gpu-kubevirt",
+			Scanner: s, Ready: func() bool { return readyFile(a.path("run", vfio.ReadyFileName)) },
+			WatchPaths: []string{filepath.Join(a.h.DevRoot(), "vfio"), a.path("run")},
+			OnScan: func(res []deviceplugin.Resource) error {
+				return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
+			}, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = m.Run(ctx) }()
+		return func() bool { return len(m.Resources()) > 0 && a.advertised(ctx) }, nil
+	case workload.Validator:
+		v, err := validator.New(validator.Options{NodeName: a.node, Client: a.cs, VFIOReadyFile: a.path("run", vfio.ReadyFileName),
+			PermittedFile: a.path("run", "kubevirt-permitted-host-devices.json"), Resync: time.Second, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = v.Run(ctx) }()
+		return func() bool { return v.Report().Ready }, nil
+	default:
+		// No container runtime here: the NRI plugin (and anything else the
+		// demo does not run) is taken as ready.
+		return func() bool { return true }, nil
+	}
+}
+
+func readyFile(p string) bool {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return false
+	}
+	var r struct {
+		Ready bool `json:"ready"`
+	}
+	return json.Unmarshal(b, &r) == nil && r.Ready
+}
+
+// advertise is the kubelet's node status update for a resource.
+func (a *agent) advertise(resource string, healthy int) {
+	q := fmt.Sprint(healthy)
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{
+		"capacity": map[string]string{resource: q}, "allocatable": map[string]string{resource: q}}})
+	_, err := a.cs.CoreV1().Nodes().Patch(context.Background(), a.node, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		a.log.Error(err, "Node status update failed", "resource", resource)
+	}
+}
+
+// advertised reports whether the Node shows an NVIDIA resource.
+func (a *agent) advertised(ctx context.Context) bool {
+	n, err := a.cs.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
+	return err == nil && len(gpuResources(n)) > 0
+}
+
+// readyPod is the operand's DaemonSet pod on this node, Ready.
+func (a *agent) readyPod(ctx context.Context, op string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: operands.DaemonSetName(op) + "-" + a.node, Namespace: a.ns,
+		Labels: map[string]string{operands.OperandLabel: op}},
+		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: op, Image: "in-process"}}}}
+	created, err := a.cs.CoreV1().Pods(a.ns).Create(ctx, p, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = a.cs.CoreV1().Pods(a.ns).Get(ctx, p.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	created.Status.Phase = corev1.PodRunning
+	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	_, err = a.cs.CoreV1().Pods(a.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// gpuResources lists a Node's allocatable nvidia.com/ resources as name=count.
+func gpuResources(n *corev1.Node) []string {
+	var out []string
+	for r, q := range n.Status.Allocatable {
+		if strings.HasPrefix(string(r), "nvidia.com/") && !q.IsZero() {
+			out = append(out, fmt.Sprintf("%s=%s", r, q.String()))
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,42 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The demo is itself a check of the whole story; here it runs against the
+// same envtest assets as the other suites.
+func TestStory(t *testing.T) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Skip("KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)")
+	}
+	root := filepath.Join("..", "..")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := Run(ctx, Options{Assets: assets, Out: &out, WorkDir: t.TempDir(),
+		CRDDirs:    []string{filepath.Join(root, "manifests", "crds"), filepath.Join(root, "operator", "controllers", "testdata", "crds")},
+		PolicyFile: filepath.Join(root, "manifests", "samples", "policy.yaml")})
+	require.NoError(t, err, out.String())
+	assert.NotContains(t, out.String(), "FAILED")
+	rows := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) == 6 {
+			rows[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	assert.Equal(t, "vm-passthrough ready 1 1 nvidia.com/GA102GL_A10=1", rows["gpu-a10"])
+	assert.Equal(t, "vm-passthrough ready 8 8 nvidia.com/GH100_H100_SXM5_80GB=8", rows["gpu-hgx"])
+	assert.Equal(t, "container ready 0 0 -", rows["gpu-ctr"])
+	assert.Equal(t, "- - - - -", rows["cpu-only"])
+}

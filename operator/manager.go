@@ -1,0 +1,93 @@
+// Package operator assembles the operator: one controller-runtime manager
+// running the node, policy and KubeVirt reconcilers over a trimmed cache.
+package operator
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/controllers"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
+)
+
+// Options configure the operator.
+type Options struct {
+	// Namespace holds the operand DaemonSets (and the leader lease).
+	Namespace string
+	// Registry and Version give the default operand images.
+	Registry, Version string
+	LeaderElection    bool
+	// MetricsAddr and HealthAddr: "0" turns them off.
+	MetricsAddr, HealthAddr string
+}
+
+// Scheme holds the types the operator reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// NewManager builds the operator's manager; Start runs it.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "sandbox-gpu-operator.sandbox-gpu.io",
+		LeaderElectionNamespace: o.Namespace,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.HealthAddr,
+		// Cache only what is used: operand DaemonSets and operand pods in the
+		// operand namespace (GPU pods are read from the API server, only
+		// while a node switches), and of Nodes what the reconcilers read.
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
+				&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.Namespace: {}}},
+				&corev1.Node{}:      {Transform: controllers.TrimNode},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	if err := (&controllers.NodeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"), Namespace: o.Namespace}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(),
+		Operands: operands.Options{Namespace: o.Namespace, Registry: o.Registry, Version: o.Version}}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
