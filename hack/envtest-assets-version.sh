@@ -34,7 +34,6 @@ if ! [[ $version =~ ^1\.([0-9]+)\.([0-9]+)$ ]]; then
 	exit 2
 fi
 k8s_version=v$version
-major=1
 minor=${BASH_REMATCH[1]}
 patch=${BASH_REMATCH[2]}
 staging_version=v0.$minor.$patch
@@ -60,18 +59,10 @@ if [ -z "$etcd_version" ] || [ -z "$go_directive" ]; then
 	exit 1
 fi
 
-# up_to_date reports whether dir holds both binaries at the expected versions.
-up_to_date() {
-	[ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] || return 1
-	[ "$("$dir/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
-	# Captured first: under pipefail, grep -q quitting at the first line would make etcd die of
-	# SIGPIPE on its next write (etcd writes each version line separately) and fail the pipe.
-	local etcd_out
-	etcd_out=$("$dir/etcd" --version 2>/dev/null) || return 1
-	grep -qx "etcd Version: ${etcd_version#v}" <<<"$etcd_out"
-}
+# shellcheck source=hack/envtest-lib.sh
+. "$root/hack/envtest-lib.sh"
 
-if up_to_date; then
+if envtest_up_to_date "$dir" "$k8s_version" "$etcd_version"; then
 	say "kube-apiserver $k8s_version and etcd $etcd_version already in $dir"
 	echo "$dir"
 	exit 0
@@ -146,36 +137,5 @@ if [ "$got_k8s" != "$k8s_version" ] || [ "$got_etcd" != "$etcd_version" ]; then
 	exit 1
 fi
 
-# Stamp the Kubernetes version the way its release build does: kube-apiserver derives its binary
-# and emulation version from gitVersion, and the unstamped default is v0.0.0-master.
-build_date=$("$go" list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-	ldflags+=" -X $pkg.gitTreeState=clean"
-	if [ -n "$build_date" ]; then ldflags+=" -X $pkg.buildDate=$build_date"; fi
-done
-
-mkdir -p "$dir"
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
-trap 'rm -rf "$neutral" "$tmp"' EXIT
-
-say "building kube-apiserver $k8s_version and etcd $etcd_version ($("$go" env GOVERSION)) into $dir (cold: several minutes)"
-start=$(date +%s)
-# One go build for both: they share most of their dependencies. The etcd main package is the root
-# of the etcd server module, so go build names its binary "server".
-CGO_ENABLED=${ENVTEST_CGO_ENABLED:-0} "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-	k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3
-mv "$tmp/server" "$tmp/etcd"
-# Rename into place, so an interrupted build never leaves a half-written binary behind.
-mv -f "$tmp/kube-apiserver" "$dir/kube-apiserver"
-mv -f "$tmp/etcd" "$dir/etcd"
-say "built in $(($(date +%s) - start))s"
-
-if ! up_to_date; then
-	say "the built binaries do not report kube-apiserver $k8s_version and etcd $etcd_version:"
-	"$dir/kube-apiserver" --version >&2 || true
-	"$dir/etcd" --version >&2 || true
-	exit 1
-fi
+envtest_build "$dir" "$k8s_version" "$etcd_version"
 echo "$dir"

@@ -1,0 +1,56 @@
+# envtest-lib.sh: what hack/envtest-assets.sh and hack/envtest-assets-version.sh share. Sourced, not
+# run; the caller sets `go` and defines `say`.
+
+# envtest_up_to_date DIR K8S_VERSION ETCD_VERSION reports whether DIR holds kube-apiserver and etcd
+# at those versions.
+envtest_up_to_date() {
+	local dir=$1 k8s_version=$2 etcd_version=$3 etcd_out
+	[ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] || return 1
+	[ "$("$dir/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
+	# Captured first: under pipefail, grep -q quitting at the first line would make etcd die of
+	# SIGPIPE on its next write (etcd writes each version line separately) and fail the pipe.
+	etcd_out=$("$dir/etcd" --version 2>/dev/null) || return 1
+	grep -qx "etcd Version: ${etcd_version#v}" <<<"$etcd_out"
+}
+
+# envtest_build DIR K8S_VERSION ETCD_VERSION builds both binaries from the module in the current
+# folder into DIR, stamped the way a Kubernetes release build is (kube-apiserver derives its binary
+# and emulation version from gitVersion; the unstamped default is v0.0.0-master), and checks them.
+envtest_build() {
+	local dir=$1 k8s_version=$2 etcd_version=$3
+	local major minor build_date ldflags pkg tmp start
+	major=${k8s_version#v}
+	major=${major%%.*}
+	minor=${k8s_version#v"$major".}
+	minor=${minor%%.*}
+	build_date=$("$go" list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
+	ldflags="-s -w"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+		ldflags+=" -X $pkg.gitTreeState=clean"
+		if [ -n "$build_date" ]; then ldflags+=" -X $pkg.buildDate=$build_date"; fi
+	done
+	mkdir -p "$dir"
+	tmp=$(mktemp -d "$dir/.build.XXXXXX")
+	say "building kube-apiserver $k8s_version and etcd $etcd_version ($("$go" env GOVERSION)) into $dir (cold: several minutes)"
+	start=$(date +%s)
+	# One go build for both: they share most of their dependencies. The etcd main package is the
+	# root of the etcd server module, so go build names its binary "server".
+	if ! CGO_ENABLED=${ENVTEST_CGO_ENABLED:-0} "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+		k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3; then
+		rm -rf "$tmp"
+		return 1
+	fi
+	mv "$tmp/server" "$tmp/etcd"
+	# Rename into place, so an interrupted build never leaves a half-written binary behind.
+	mv -f "$tmp/kube-apiserver" "$dir/kube-apiserver"
+	mv -f "$tmp/etcd" "$dir/etcd"
+	rm -rf "$tmp"
+	say "built in $(($(date +%s) - start))s"
+	if ! envtest_up_to_date "$dir" "$k8s_version" "$etcd_version"; then
+		say "the built binaries do not report kube-apiserver $k8s_version and etcd $etcd_version:"
+		"$dir/kube-apiserver" --version >&2 || true
+		"$dir/etcd" --version >&2 || true
+		return 1
+	fi
+}
