@@ -26,6 +26,11 @@ func main() {
 	fs.StringVar(&o.healthAddr, "health-addr", ":8082", "address of /healthz and /readyz (empty: off)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "re-check this often without an event")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
+	// Host roots every node binary takes (contracts.md); the validator reads
+	// host paths only through the file flags above.
+	fs.String("sysfs-root", "/sys", "sysfs root (unused)")
+	fs.String("dev-root", "/dev", "dev root (unused)")
+	fs.String("proc-root", "/proc", "proc root (unused)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Println("Usage of sandbox-gpu-validator:")
