@@ -15,32 +15,11 @@ image_name=localhost/sandbox-gpu/busybox:test # keep equal to imageName in test/
 
 say() { printf 'fetch-containerd: %s\n' "$*" >&2; }
 
-sudo_=()
-if [ "$(id -u)" -ne 0 ]; then sudo_=(sudo); fi
-
-apt_updated=0
-apt_update() {
-	if [ "$apt_updated" -eq 0 ]; then
-		say "apt-get update"
-		"${sudo_[@]}" apt-get update -qq
-		apt_updated=1
-	fi
-}
+# shellcheck source=hack/apt-lib.sh
+. "$root/hack/apt-lib.sh"
 
 # 1. Host packages, only those missing.
-missing=()
-for pkg in runc busybox-static; do
-	if [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" != "install ok installed" ]; then
-		missing+=("$pkg")
-	fi
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-	apt_update
-	say "apt-get install ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive "${sudo_[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-	say "packages already installed"
-fi
+apt_install_missing runc busybox-static
 
 # 2. containerd, the runc shim and ctr, from the Go module proxy.
 mkdir -p "$cache/bin"

@@ -11,32 +11,11 @@ debs=$root/.cache/debs
 
 say() { printf 'fetch-kernel: %s\n' "$*"; }
 
-sudo_=()
-if [ "$(id -u)" -ne 0 ]; then sudo_=(sudo); fi
-
-apt_updated=0
-apt_update() {
-	if [ "$apt_updated" -eq 0 ]; then
-		say "apt-get update"
-		"${sudo_[@]}" apt-get update -qq
-		apt_updated=1
-	fi
-}
+# shellcheck source=hack/apt-lib.sh
+. "$root/hack/apt-lib.sh"
 
 # 1. Host packages, only those missing.
-missing=()
-for pkg in qemu-system-x86 busybox-static cpio kmod xz-utils; do
-	if [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" != "install ok installed" ]; then
-		missing+=("$pkg")
-	fi
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-	apt_update
-	say "apt-get install ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive "${sudo_[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-	say "packages already installed"
-fi
+apt_install_missing qemu-system-x86 busybox-static cpio kmod xz-utils
 
 # 2. The kernel and its modules.
 if [ -f "$kdir/.complete" ]; then

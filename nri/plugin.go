@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -201,18 +203,19 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 	adj := &api.ContainerAdjustment{}
 	if lookupErr != nil {
 		// Cannot tell whether it holds GPUs: it gets none, and fails closed.
-		p.strip(adj, ctr, nil)
 		if !p.o.FailOpen {
 			return nil, "failed", fmt.Errorf("%s: cannot tell which GPUs the kubelet allocated: %w", who, lookupErr)
 		}
+		p.strip(adj, ctr, nil, p.foreignGPUNodes(ctr, nil))
 		p.o.Log.Error(lookupErr, "Starting without GPUs (fail-open)", "pod", podKey(pod), "container", ctr.GetName())
 		return adj, "failed_open", nil
 	}
 	if len(ids) == 0 {
-		if extra := p.extraNodes(ctr, nil); len(extra) > 0 && !p.o.FailOpen {
-			return nil, "failed", fmt.Errorf("%s holds no GPU: %w: %s", who, errRuntimeAdded, strings.Join(extra, ", "))
+		foreign := p.foreignGPUNodes(ctr, nil)
+		if len(foreign) > 0 && !p.o.FailOpen {
+			return nil, "failed", fmt.Errorf("%s holds no GPU: %w: %s", who, errRuntimeAdded, strings.Join(nodePaths(foreign), ", "))
 		}
-		p.strip(adj, ctr, nil)
+		p.strip(adj, ctr, nil, foreign)
 		return adj, "none", nil
 	}
 	names := make([]string, 0, len(ids))
@@ -242,10 +245,11 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 	for _, d := range edits.Linux.Devices {
 		want[d.Path] = true
 	}
-	if extra := p.extraNodes(ctr, want); len(extra) > 0 && !p.o.FailOpen {
-		return nil, "failed", fmt.Errorf("%s: %w: %s", who, errRuntimeAdded, strings.Join(extra, ", "))
+	foreign := p.foreignGPUNodes(ctr, want)
+	if len(foreign) > 0 && !p.o.FailOpen {
+		return nil, "failed", fmt.Errorf("%s: %w: %s", who, errRuntimeAdded, strings.Join(nodePaths(foreign), ", "))
 	}
-	p.strip(adj, ctr, want)
+	p.strip(adj, ctr, want, foreign)
 	if p.useCDI.Load() {
 		for _, n := range names {
 			adj.AddCDIDevice(&api.CDIDevice{Name: n})
@@ -269,7 +273,7 @@ func (p *core) failed(adj *api.ContainerAdjustment, ctr *api.Container, err erro
 		return nil, "failed", err
 	}
 	p.o.Log.Error(err, "Starting without GPUs (fail-open)")
-	p.strip(adj, ctr, nil)
+	p.strip(adj, ctr, nil, p.foreignGPUNodes(ctr, nil))
 	return adj, "failed_open", nil
 }
 
@@ -279,38 +283,48 @@ func (p *core) failed(adj *api.ContainerAdjustment, ctr *api.Container, err erro
 var errRuntimeAdded = errors.New("the runtime added GPU device nodes the kubelet did not allocate, " +
 	"which NRI cannot take out again (containerd/nri#216)")
 
-// extraNodes lists the container's GPU device nodes outside keep.
-func (p *core) extraNodes(ctr *api.Container, keep map[string]bool) []string {
+// foreignGPUNodes lists the container's GPU device nodes outside keep. The
+// kind's device paths are looked up only for a container that has device
+// nodes at all (most have none).
+func (p *core) foreignGPUNodes(ctr *api.Container, keep map[string]bool) []*api.LinuxDevice {
+	devs := ctr.GetLinux().GetDevices()
+	if len(devs) == 0 {
+		return nil
+	}
 	known := p.res.DevicePaths()
-	var out []string
-	for _, d := range ctr.GetLinux().GetDevices() {
+	var out []*api.LinuxDevice
+	for _, d := range devs {
 		if isGPUNode(d.GetPath(), known) && !keep[d.GetPath()] {
-			out = append(out, d.GetPath())
+			out = append(out, d)
 		}
+	}
+	return out
+}
+
+func nodePaths(devs []*api.LinuxDevice) []string {
+	out := make([]string, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, d.GetPath())
 	}
 	sort.Strings(out)
 	return out
 }
 
-// strip takes away GPU device nodes the container must not have (any not
-// in keep), the annotations that ask a runtime for GPUs, and NVIDIA's env
+// strip takes away the foreign GPU device nodes (foreignGPUNodes of keep),
+// the annotations that ask a runtime for GPUs, and NVIDIA's env
 // request. Runtime-added nodes refuse the container unless it fails open;
 // then each is removed and also denied in the device cgroup: the NRI
 // runtime side up to v0.12.5 (containerd 2.4 included) drops a plugin's
 // removal of a device the runtime itself added (containerd/nri#216), so
 // the deny rule is what holds there (the node stays but cannot be opened).
-func (p *core) strip(adj *api.ContainerAdjustment, ctr *api.Container, keep map[string]bool) {
-	known := p.res.DevicePaths()
+func (p *core) strip(adj *api.ContainerAdjustment, ctr *api.Container, keep map[string]bool, foreign []*api.LinuxDevice) {
 	kept := map[string]bool{}
 	for _, d := range ctr.GetLinux().GetDevices() {
 		if keep[d.GetPath()] {
 			kept[devNum(d.GetType(), d.GetMajor(), d.GetMinor())] = true
 		}
 	}
-	for _, d := range ctr.GetLinux().GetDevices() {
-		if !isGPUNode(d.GetPath(), known) || keep[d.GetPath()] {
-			continue
-		}
+	for _, d := range foreign {
 		adj.RemoveDevice(d.GetPath())
 		if kept[devNum(d.GetType(), d.GetMajor(), d.GetMinor())] {
 			continue
@@ -355,7 +369,7 @@ func (p *core) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 			return nil, err
 		}
 	}
-	for _, res := range sortedResources(alloc) {
+	for _, res := range slices.Sorted(maps.Keys(alloc)) {
 		if p.gpuResource(res) {
 			ids = append(ids, alloc[res]...)
 		} else if strings.HasPrefix(res, "nvidia.com/") && len(alloc[res]) > 0 {
@@ -423,15 +437,6 @@ func hasEnv(ctr *api.Container, key string) bool {
 		}
 	}
 	return false
-}
-
-func sortedResources(a Allocation) []string {
-	out := make([]string, 0, len(a))
-	for k := range a {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func dedupe(in []string) []string {

@@ -30,6 +30,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Options configure a Validator. Paths are host paths as mounted.
@@ -191,19 +192,12 @@ func (v *Validator) checkVFIO() string {
 	if v.o.VFIOReadyFile == "" {
 		return ""
 	}
-	b, err := os.ReadFile(v.o.VFIOReadyFile)
+	r, err := vfio.ReadReadyFile(v.o.VFIOReadyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("VFIO manager: %s does not exist yet", v.o.VFIOReadyFile)
 	}
 	if err != nil {
 		return fmt.Sprintf("VFIO manager: %v", err)
-	}
-	var r struct {
-		Ready bool   `json:"ready"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Sprintf("VFIO manager: %s: %v", v.o.VFIOReadyFile, err)
 	}
 	if !r.Ready {
 		return fmt.Sprintf("VFIO manager: not ready: %s", r.Error)

@@ -3,6 +3,7 @@ package vfio
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,6 +52,26 @@ type Daemon struct {
 	last    *ReadyReport
 	metrics daemonMetrics
 	gather  prometheus.Gatherer
+}
+
+// ReadReadyFile reads a readiness file the daemon wrote (what device
+// plugins, the validator and the demo wait for).
+func ReadReadyFile(path string) (*ReadyReport, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r ReadyReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// IsReady reports whether the readiness file at path says ready.
+func IsReady(path string) bool {
+	r, err := ReadReadyFile(path)
+	return err == nil && r.Ready
 }
 
 // ReadyReport is the content of the readiness file and of /readyz.

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
 )
 
@@ -27,7 +27,6 @@ func parseGenerateFlags(args []string, stdout io.Writer) (generateConfig, error)
 	libDirs := list(gpucdi.DefaultLibDirs()...)
 	binDirs := list(gpucdi.DefaultBinDirs()...)
 	fs := flag.NewFlagSet("nri-gpu-plugin generate-cdi", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.dir, "cdi-dir", "/var/run/cdi", "folder to write the spec into")
 	fs.Var(&others, "check-cdi-dir", "folders searched for another spec of the kind (repeatable; default /etc/cdi and /var/run/cdi)")
 	fs.StringVar(&c.opts.Kind, "cdi-kind", gpucdi.DefaultKind, "CDI kind of the GPU devices")
@@ -38,12 +37,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (generateConfig, error)
 	fs.Var(&binDirs, "bin-dir", "folder inside the driver root searched for driver binaries (repeatable; the first use replaces the defaults)")
 	fs.String("sysfs-root", "/sys", "sysfs root (unused; accepted as by every node binary)")
 	fs.BoolVar(&c.force, "force", false, "write even when another spec of the kind exists (the CDI library then drops devices both name)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage of nri-gpu-plugin generate-cdi:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-		}
+	if err := cliflags.Parse(fs, args, stdout); err != nil {
 		return generateConfig{}, err
 	}
 	c.others, c.opts.LibDirs, c.opts.BinDirs = others.vals, libDirs.vals, binDirs.vals

@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 	"github.com/sandbox-gpu/sandbox-gpu/nri"
 )
 
@@ -57,8 +58,7 @@ func parse(args []string, stdout io.Writer) (options, error) {
 		resources: list(nri.DefaultResources...),
 		skip:      list("kata*"),
 	}
-	fs := flag.NewFlagSet("nri-gpu-plugin", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := flag.NewFlagSet("nri-gpu-plugin [generate-cdi]", flag.ContinueOnError)
 	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket")
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
 	fs.DurationVar(&o.podResourcesTimeout, "pod-resources-timeout", time.Second, "bound on each kubelet call (keep it well inside the runtime's 2 s per request)")
@@ -79,12 +79,7 @@ func parse(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs root")
 	fs.StringVar(&o.devRoot, "dev-root", "/dev", "dev root")
 	fs.StringVar(&o.procRoot, "proc-root", "/proc", "proc root")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage of nri-gpu-plugin [generate-cdi]:")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-		}
+	if err := cliflags.Parse(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -13,19 +11,14 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
 // buildPlugin builds the binary as deployed (cgo).
 func buildPlugin(tb testing.TB) string {
 	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "nri-gpu-plugin")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := build.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.BuildBinary(tb, ".", "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
 }
 
 // BenchmarkRSS runs the plugin binary as deployed (cgo) against NRI's real

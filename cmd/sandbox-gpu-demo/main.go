@@ -7,13 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/demo"
 )
 
@@ -21,17 +21,13 @@ func main() {
 	o := demo.Options{Out: os.Stdout}
 	var crds string
 	fs := flag.NewFlagSet("sandbox-gpu-demo", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.Assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "folder with kube-apiserver and etcd (hack/envtest-assets.sh; default $KUBEBUILDER_ASSETS)")
 	fs.StringVar(&crds, "crds", "manifests/crds,operator/controllers/testdata/crds", "comma-separated CRD folders (the product's and KubeVirt's)")
 	fs.StringVar(&o.PolicyFile, "policy", "manifests/samples/policy.yaml", "the SandboxGPUPolicy to apply")
 	fs.StringVar(&o.WorkDir, "work-dir", "", "folder for the simulated hosts and demo.log (default: a new temporary folder)")
 	fs.DurationVar(&o.StepTimeout, "step-timeout", time.Minute, "how long each step may take")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := cliflags.Parse(fs, os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage of sandbox-gpu-demo:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
 			return
 		}
 		fmt.Fprintln(os.Stderr, "sandbox-gpu-demo:", err)

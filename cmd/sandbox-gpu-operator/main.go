@@ -7,16 +7,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 )
 
 func main() {
 	var o options
 	fs := flag.NewFlagSet("sandbox-gpu-operator", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&o.namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
 	fs.StringVar(&o.registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
@@ -26,11 +26,8 @@ func main() {
 	fs.IntVar(&o.burst, "kube-api-burst", 200, "API request burst (client-side limit)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "metrics address (0: off)")
 	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "health probe address (0: off)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := cliflags.Parse(fs, os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage of sandbox-gpu-operator:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
 			return
 		}
 		fmt.Fprintln(os.Stderr, "sandbox-gpu-operator:", err)

@@ -8,17 +8,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 )
 
 func main() {
 	o := options{nodeName: os.Getenv("NODE_NAME")}
 	fs := flag.NewFlagSet("sandbox-gpu-validator", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&o.nodeName, "node-name", o.nodeName, "this node (default $NODE_NAME)")
 	fs.StringVar(&o.vfioReady, "vfio-ready-file", "/run/sandbox-gpu/vfio-manager.ready", "the VFIO manager's readiness file")
@@ -31,11 +31,8 @@ func main() {
 	fs.String("sysfs-root", "/sys", "sysfs root (unused)")
 	fs.String("dev-root", "/dev", "dev root (unused)")
 	fs.String("proc-root", "/proc", "proc root (unused)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := cliflags.Parse(fs, os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Println("Usage of sandbox-gpu-validator:")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
 			return
 		}
 		fmt.Fprintln(os.Stderr, "sandbox-gpu-validator:", err)

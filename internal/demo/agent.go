@@ -126,7 +126,7 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 			return nil, err
 		}
 		go func() { _ = d.Run(ctx) }()
-		return func() bool { return readyFile(a.path("run", vfio.ReadyFileName)) }, nil
+		return func() bool { return vfio.IsReady(a.path("run", vfio.ReadyFileName)) }, nil
 	case workload.KubeVirtDevicePlugin:
 		if a.h == nil {
 			return nil, fmt.Errorf("no simulated host")
@@ -143,7 +143,7 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		s := &kubevirt.Scanner{Host: a.h, Namer: namer}
 		permitted := a.path("run", "kubevirt-permitted-host-devices.json")
 		m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: a.path("dp"), SocketPrefix: "sandbox-gpu-kubevirt",
-			Scanner: s, Ready: func() bool { return readyFile(a.path("run", vfio.ReadyFileName)) },
+			Scanner: s, Ready: func() bool { return vfio.IsReady(a.path("run", vfio.ReadyFileName)) },
 			WatchPaths: []string{filepath.Join(a.h.DevRoot(), "vfio"), a.path("run")},
 			OnScan: func(res []deviceplugin.Resource) error {
 				return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
@@ -166,17 +166,6 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		// demo does not run) is taken as ready.
 		return func() bool { return true }, nil
 	}
-}
-
-func readyFile(p string) bool {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return false
-	}
-	var r struct {
-		Ready bool `json:"ready"`
-	}
-	return json.Unmarshal(b, &r) == nil && r.Ready
 }
 
 // advertise is the kubelet's node status update for a resource.

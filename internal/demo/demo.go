@@ -32,6 +32,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Options configure the demo.
@@ -287,7 +288,7 @@ func (s *story) steps() []step {
 		{"the VFIO manager binds every NVIDIA function of the simulated hosts to vfio-pci", func(ctx context.Context) (bool, string) {
 			var got []string
 			for _, n := range []string{"gpu-a10", "gpu-hgx"} {
-				if !readyFile(s.o.WorkDir + "/" + n + "/run/vfio-manager.ready") {
+				if !vfio.IsReady(s.o.WorkDir + "/" + n + "/run/vfio-manager.ready") {
 					return false, n + ": VFIO manager not ready"
 				}
 				got = append(got, n+" ready")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
@@ -60,12 +61,8 @@ var ErrHelp = errors.New("help shown")
 
 // Parse parses flags; -h prints usage to stdout and returns ErrHelp.
 func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflags.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage of %s:\n", fs.Name())
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
 			return ErrHelp
 		}
 		return fmt.Errorf("%s: %w", fs.Name(), err)
@@ -128,16 +125,7 @@ func (c *Common) Ready() func() bool {
 	if !c.WaitReady {
 		return nil
 	}
-	return func() bool {
-		b, err := os.ReadFile(c.ReadyFile)
-		if err != nil {
-			return false
-		}
-		var r struct {
-			Ready bool `json:"ready"`
-		}
-		return json.Unmarshal(b, &r) == nil && r.Ready
-	}
+	return func() bool { return vfio.IsReady(c.ReadyFile) }
 }
 
 // WatchPaths are the folders whose changes mean devices may have changed:

@@ -2,6 +2,9 @@
 package testutil
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -19,4 +22,18 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 		}
 		<-tick.C
 	}
+}
+
+// BuildBinary builds the main package pkg (a path like "." or
+// "../../cmd/x") into the test's temporary folder with the extra
+// environment (CGO_ENABLED=0, say) and returns the binary's path.
+func BuildBinary(tb testing.TB, pkg string, env ...string) string {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), "binary")
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
 }

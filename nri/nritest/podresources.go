@@ -6,10 +6,11 @@ package nritest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,9 +131,9 @@ func (f *PodResources) pod(key string) *podresourcesv1.PodResources {
 	ns, name, _ := strings.Cut(key, "/")
 	out := &podresourcesv1.PodResources{Name: name, Namespace: ns}
 	ctrs := f.pods[key]
-	for _, c := range sortedKeys(ctrs) {
+	for _, c := range slices.Sorted(maps.Keys(ctrs)) {
 		cr := &podresourcesv1.ContainerResources{Name: c}
-		for _, r := range sortedKeys(ctrs[c]) {
+		for _, r := range slices.Sorted(maps.Keys(ctrs[c])) {
 			cr.Devices = append(cr.Devices, &podresourcesv1.ContainerDevices{ResourceName: r, DeviceIds: ctrs[c][r]})
 		}
 		out.Containers = append(out.Containers, cr)
@@ -147,7 +148,7 @@ func (f *PodResources) List(ctx context.Context, _ *podresourcesv1.ListPodResour
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	resp := &podresourcesv1.ListPodResourcesResponse{}
-	for _, k := range sortedKeys(f.pods) {
+	for _, k := range slices.Sorted(maps.Keys(f.pods)) {
 		resp.PodResources = append(resp.PodResources, f.pod(k))
 	}
 	return resp, nil
@@ -164,13 +165,4 @@ func (f *PodResources) Get(ctx context.Context, req *podresourcesv1.GetPodResour
 		return nil, fmt.Errorf("pod %s in namespace %s not found", req.PodName, req.PodNamespace)
 	}
 	return &podresourcesv1.GetPodResourcesResponse{PodResources: f.pod(key)}, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

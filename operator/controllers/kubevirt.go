@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -147,11 +149,11 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 		}
 	}
 	var outP []kubevirtv1.PciHostDevice
-	for _, k := range sortedKeys(pci) {
+	for _, k := range slices.Sorted(maps.Keys(pci)) {
 		outP = append(outP, pci[k])
 	}
 	var outM []kubevirtv1.MediatedHostDevice
-	for _, k := range sortedKeys(mdev) {
+	for _, k := range slices.Sorted(maps.Keys(mdev)) {
 		outM = append(outM, mdev[k])
 	}
 	return outP, outM, problems
@@ -204,15 +206,6 @@ func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[strin
 			n.Name, workload.PermittedAnnotation, maxSelectorsPerResource, strings.Join(bad, ", "))
 	}
 	return pci, mdev, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // sync merges our entries into one CR, writing only on change. Entries

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // BenchmarkOperatorRSS runs the sandbox-gpu-operator binary against envtest
@@ -31,12 +31,7 @@ func BenchmarkOperatorRSS(b *testing.B) {
 	seedCluster(b, c, "rss-", nodes)
 
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "operator")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/sandbox-gpu-operator")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build operator: %v\n%s", err, out)
-	}
+	bin := testutil.BuildBinary(b, "../../cmd/sandbox-gpu-operator", "CGO_ENABLED=0")
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: testCfg.Host, CertificateAuthorityData: testCfg.CAData}

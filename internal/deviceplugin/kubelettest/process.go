@@ -13,19 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // BuildBinary builds the main package in the current directory (a cmd/
 // folder) into a temporary folder and returns its path.
 func BuildBinary(tb testing.TB) string {
 	tb.Helper()
-	out := filepath.Join(tb.TempDir(), "plugin")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
+	return testutil.BuildBinary(tb, ".", "CGO_ENABLED=0")
 }
 
 // RSS returns a process's resident set size in bytes from /proc.
