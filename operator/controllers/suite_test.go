@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,6 +134,9 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 		stopped = true
 		cancel()
 		if err := <-done; err != nil {
+			// A runnable that outlives the grace period is still running:
+			// its stack names it.
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			t.Errorf("operator: %v", err)
 		}
 	}
