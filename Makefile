@@ -8,7 +8,7 @@ TEST_TMPDIR   ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || ech
 # exceeded" when a duration -fuzztime ends while a worker is busy (go.dev/issue/75804, fixed in 1.27).
 FUZZTIME      ?= 100000x
 BENCHTIME     ?= 1s
-FUZZ_PKGS     ?= ./vfio/host ./internal/gpuname
+FUZZ_PKGS     ?= ./host ./internal/gpuname
 BINARIES      := $(notdir $(wildcard cmd/*))
 
 .PHONY: help build test unit fuzz e2e test-deps envtest-assets envtest-compat generate bench lint fmt demo demo-status clean

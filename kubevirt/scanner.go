@@ -2,7 +2,7 @@
 // as nvidia.com/<MODEL> with PCI_RESOURCE_* env, mdev vGPUs as
 // nvidia.com/<TYPE> with MDEV_PCI_RESOURCE_* env, vendor-specific VFIO vGPU
 // VFs as PCI resources, and the KubeVirt permittedHostDevices entries for
-// all of them. Discovery comes from the vfio/host model.
+// all of them. Discovery comes from the host model.
 package kubevirt
 
 import (
@@ -17,7 +17,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // ResourcePrefix is the domain of every resource this plugin advertises.

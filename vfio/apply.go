@@ -6,7 +6,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // Result is what an apply did.

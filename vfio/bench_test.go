@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 // gpuUnbindLatency is the simulated time a GPU takes to leave the nvidia

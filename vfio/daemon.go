@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 )
 
 // ReadyFileName is the readiness file the daemon keeps in its ready dir

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // Target is where selected functions should end up.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // A process that opens the GPU between plan and apply keeps it: the last

@@ -24,8 +24,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 // agent plays one node: the DaemonSet controller and kubelet that would

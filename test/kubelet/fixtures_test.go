@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // pciFunc is a function of a hostsim fixture with its IOMMU group.
@@ -14,7 +14,7 @@ type pciFunc struct {
 	group int
 }
 
-// fixture is what the suite expects of a hostsim fixture (see vfio/host/hostsim/fixtures.go).
+// fixture is what the suite expects of a hostsim fixture (see host/hostsim/fixtures.go).
 type fixture struct {
 	name     string
 	model    string // the KubeVirt resource name of its GPUs, from testdata/pci.ids

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 // node is a simulated host (the product's hostsim kernel) whose NVIDIA functions the test moves

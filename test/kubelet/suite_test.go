@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // Deadlines: generous for a loaded machine; polling returns as soon as the state is reached.

@@ -6,8 +6,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
 )
 
 // AllNVIDIA selects every NVIDIA function, NVSwitches included.

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // ErrCrashed is returned by every write after the simulated crash point.

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 func inUse(t *testing.T, h *host.Host, s *host.Snapshot, addr string) []string {

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // WriteFile implements host.Writer: it applies the write's effect the way
