@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	tu "github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
@@ -207,7 +208,7 @@ func TestNoAllocationNoGPUWhateverTheEnvOrAnnotationsSay(t *testing.T) {
 	f := newFixture(t, fixtureOpts{annNS: []string{"gpu-monitoring"}})
 	f.kubelet.Set("default", "sneaky", "main", "cpu")
 	p := pod("default", "sneaky", "runc")
-	p.Annotations = map[string]string{RequestAnnotation: "all", "cdi.k8s.io/gpu": "nvidia.com/gpu=0"}
+	p.Annotations = map[string]string{names.RequestAnnotation: "all", "cdi.k8s.io/gpu": "nvidia.com/gpu=0"}
 	c := ctr("main", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "/dev/null")
 	c.Annotations = map[string]string{"nvidia.cdi.k8s.io/ask": "nvidia.com/gpu=all"}
 	a, err := f.rt.Create(p, c)
@@ -227,7 +228,7 @@ func TestNoAllocationNoGPUWhateverTheEnvOrAnnotationsSay(t *testing.T) {
 	// The same annotation from an allowed management namespace is honoured.
 	f.kubelet.Set("gpu-monitoring", "dcgm", "exporter", "cpu")
 	m := pod("gpu-monitoring", "dcgm", "runc")
-	m.Annotations = map[string]string{RequestAnnotation + ".exporter": "0, 1"}
+	m.Annotations = map[string]string{names.RequestAnnotation + ".exporter": "0, 1"}
 	a, err = f.rt.Create(m, ctr("exporter", nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1"}, cdiNames(a))

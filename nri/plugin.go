@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 )
 
 // Injection modes.
@@ -28,12 +29,6 @@ const (
 	InjectEdits = "edits"
 )
 
-// RequestAnnotation on a pod asks for GPUs without an allocation ("all" or
-// comma-separated device IDs). It is honoured only in the namespaces of
-// Options.AnnotationNamespaces (management pods such as monitoring agents);
-// RequestAnnotation + "." + container name applies to one container.
-const RequestAnnotation = "sandbox-gpu.io/gpu-request"
-
 // VisibleDevicesEnv is NVIDIA's env request; the plugin sets it to "void"
 // wherever a container carries it, so NVIDIA's hooks inject nothing.
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
@@ -46,7 +41,7 @@ type Options struct {
 	// SkipRuntimeHandlers are path.Match patterns of sandboxed runtime
 	// handlers whose pods are left alone ("kata*").
 	SkipRuntimeHandlers []string
-	// AnnotationNamespaces may use RequestAnnotation.
+	// AnnotationNamespaces may use names.RequestAnnotation.
 	AnnotationNamespaces []string
 	// FailOpen lets a container with an allocation start without its GPUs
 	// when they cannot be resolved (logged and counted) instead of failing.
@@ -379,9 +374,9 @@ func (p *core) gpuIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 	}
 	if len(ids) == 0 && p.annotationsAllowed(pod.GetNamespace()) {
 		ann := pod.GetAnnotations()
-		v, ok := ann[RequestAnnotation+"."+ctr.GetName()]
+		v, ok := ann[names.RequestAnnotation+"."+ctr.GetName()]
 		if !ok {
-			v = ann[RequestAnnotation]
+			v = ann[names.RequestAnnotation]
 		}
 		for _, id := range strings.Split(v, ",") {
 			if id = strings.TrimSpace(id); id != "" {

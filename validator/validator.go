@@ -2,7 +2,7 @@
 // and publishes what the operator needs from the node: the VFIO manager
 // reports ready, the resources the device plugin advertises have reached the
 // Node, and the plugin's KubeVirt permittedHostDevices are on the Node (as
-// the workload.PermittedAnnotation) for the operator to merge into the
+// the names.PermittedAnnotation) for the operator to merge into the
 // KubeVirt CR. It writes only its own Node, and only when something changed.
 package validator
 
@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
@@ -166,13 +166,13 @@ func (v *Validator) check(ctx context.Context) Report {
 	case !ok:
 		problems = append(problems, fmt.Sprintf("node %s: not found", v.o.NodeName))
 	default:
-		deployed := func(operand string) bool { return node.Labels[workload.DeployLabel(operand)] == "true" }
-		if deployed(workload.VFIOManager) {
+		deployed := func(operand string) bool { return node.Labels[names.DeployLabel(operand)] == "true" }
+		if deployed(names.VFIOManager) {
 			if p := v.checkVFIO(); p != "" {
 				problems = append(problems, p)
 			}
 		}
-		if deployed(workload.KubeVirtDevicePlugin) && v.o.PermittedFile != "" {
+		if deployed(names.KubeVirtDevicePlugin) && v.o.PermittedFile != "" {
 			problems = append(problems, v.publish(ctx, node)...)
 		}
 	}
@@ -229,15 +229,15 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 			problems = append(problems, fmt.Sprintf("node %s: resource %s is not allocatable yet", v.o.NodeName, res))
 		}
 	}
-	if node.Annotations[workload.PermittedAnnotation] == string(compact) {
+	if node.Annotations[names.PermittedAnnotation] == string(compact) {
 		return problems
 	}
 	if node.ResourceVersion == v.staleRV && v.sent == string(compact) {
 		return problems // sent; the watch has not caught up yet
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{workload.PermittedAnnotation: string(compact)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
 	if _, err := v.o.Client.CoreV1().Nodes().Patch(ctx, v.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, workload.PermittedAnnotation, err))
+		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, names.PermittedAnnotation, err))
 	}
 	v.staleRV, v.sent = node.ResourceVersion, string(compact)
 	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))

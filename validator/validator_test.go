@@ -20,8 +20,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // A real kube-apiserver and etcd (envtest) for the package.
@@ -108,7 +108,7 @@ var a10 = kubevirtv1.PermittedHostDevices{PciHostDevices: []kubevirtv1.PciHostDe
 
 func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 	f := start(t, "gpu-a", map[string]string{
-		workload.DeployLabel(workload.VFIOManager): "true", workload.DeployLabel(workload.KubeVirtDevicePlugin): "true"})
+		names.DeployLabel(names.VFIOManager): "true", names.DeployLabel(names.KubeVirtDevicePlugin): "true"})
 	f.waitProblems(t,
 		"KubeVirt device plugin: "+f.permitted+" does not exist yet",
 		"VFIO manager: "+f.ready+" does not exist yet")
@@ -121,7 +121,7 @@ func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 		"node gpu-a: resource nvidia.com/GA102GL_A10 is not allocatable yet",
 		"node gpu-a: resource nvidia.com/GB999_FUTURE is not allocatable yet")
 	compact, _ := json.Marshal(a10)
-	require.Equal(t, string(compact), f.get(t).Annotations[workload.PermittedAnnotation], "published before the kubelet advertises")
+	require.Equal(t, string(compact), f.get(t).Annotations[names.PermittedAnnotation], "published before the kubelet advertises")
 
 	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
 	n := f.get(t)
@@ -144,23 +144,23 @@ func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 	writeJSON(t, f.permitted, one)
 	compact, _ = json.Marshal(one)
 	testutil.Eventually(t, 10*time.Second, "the annotation to follow the file", func() bool {
-		return f.get(t).Annotations[workload.PermittedAnnotation] == string(compact)
+		return f.get(t).Annotations[names.PermittedAnnotation] == string(compact)
 	})
 }
 
 func TestOnlyWhatTheDeployLabelsRun(t *testing.T) {
 	// A Kata node: no KubeVirt plugin, so nothing is published even if a
 	// stale file is there; the VFIO manager is still checked.
-	f := start(t, "gpu-kata", map[string]string{workload.DeployLabel(workload.VFIOManager): "true"})
+	f := start(t, "gpu-kata", map[string]string{names.DeployLabel(names.VFIOManager): "true"})
 	writeJSON(t, f.permitted, a10)
 	f.waitProblems(t, "VFIO manager: "+f.ready+" does not exist yet")
 	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
 	f.waitProblems(t)
-	require.NotContains(t, f.get(t).Annotations, workload.PermittedAnnotation)
+	require.NotContains(t, f.get(t).Annotations, names.PermittedAnnotation)
 
 	// Garbage is reported, with the file named.
 	n := f.get(t)
-	n.Labels[workload.DeployLabel(workload.KubeVirtDevicePlugin)] = "true"
+	n.Labels[names.DeployLabel(names.KubeVirtDevicePlugin)] = "true"
 	_, err := f.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(f.permitted, []byte("{not json"), 0o644))

@@ -19,11 +19,8 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 )
-
-// ReadyFileName is the readiness file the daemon keeps in its ready dir
-// while the node's functions are where the desired state wants them.
-const ReadyFileName = "vfio-manager.ready"
 
 // DaemonOptions configure a Daemon.
 type DaemonOptions struct {
@@ -32,7 +29,7 @@ type DaemonOptions struct {
 	Desired Desired
 	// ConfigFile holds the desired state; it is watched for changes.
 	ConfigFile string
-	// ReadyDir receives ReadyFileName; empty disables the file.
+	// ReadyDir receives names.VFIOReadyFile; empty disables the file.
 	ReadyDir string
 	// LockFile, when set, is flocked around every reconcile.
 	LockFile string
@@ -265,7 +262,7 @@ func (d *Daemon) setReady(rep *ReadyReport) {
 	if d.opts.ReadyDir == "" {
 		return
 	}
-	p := filepath.Join(d.opts.ReadyDir, ReadyFileName)
+	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
 	if !rep.Ready {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)

@@ -3,7 +3,6 @@ package vfio
 import (
 	"context"
 	"encoding/json"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -27,7 +29,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func readReady(dir string) (*ReadyReport, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, ReadyFileName))
+	b, err := os.ReadFile(filepath.Join(dir, names.VFIOReadyFile))
 	if err != nil {
 		return nil, false
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/nri"
 )
 
@@ -70,7 +71,7 @@ func parse(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.name, "plugin-name", "sandbox-gpu", "plugin name")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
 	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; default kata*; add \"\" where Kata is the default runtime)")
-	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+nri.RequestAnnotation+" annotation (repeatable; default none)")
+	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+names.RequestAnnotation+" annotation (repeatable; default none)")
 	fs.StringVar(&o.injection, "injection", nri.InjectAuto, "auto (CDI requests on containerd 2.1+, resolved edits elsewhere), cdi or edits")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "address of /healthz, /readyz and /metrics (empty: none; the operand DaemonSet uses :8083)")
 	fs.BoolVar(&o.verbose, "v", false, "log every injection")

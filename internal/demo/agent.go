@@ -18,14 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
-	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
-	"github.com/sandbox-gpu/sandbox-gpu/validator"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
+	"github.com/sandbox-gpu/sandbox-gpu/validator"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // agent plays one node: the DaemonSet controller and kubelet that would
@@ -89,7 +89,7 @@ func (a *agent) run(ctx context.Context) {
 			continue
 		}
 		for l, v := range n.Labels {
-			op, ok := strings.CutPrefix(l, workload.DeployPrefix)
+			op, ok := strings.CutPrefix(l, names.DeployPrefix)
 			if !ok || v != "true" {
 				continue
 			}
@@ -116,7 +116,7 @@ func (a *agent) run(ctx context.Context) {
 func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 	log := a.log.WithValues("operand", op)
 	switch op {
-	case workload.VFIOManager:
+	case names.VFIOManager:
 		if a.h == nil {
 			return nil, fmt.Errorf("no simulated host")
 		}
@@ -126,8 +126,8 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 			return nil, err
 		}
 		go func() { _ = d.Run(ctx) }()
-		return func() bool { return vfio.IsReady(a.path("run", vfio.ReadyFileName)) }, nil
-	case workload.KubeVirtDevicePlugin:
+		return func() bool { return vfio.IsReady(a.path("run", names.VFIOReadyFile)) }, nil
+	case names.KubeVirtDevicePlugin:
 		if a.h == nil {
 			return nil, fmt.Errorf("no simulated host")
 		}
@@ -143,7 +143,7 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		s := &kubevirt.Scanner{Host: a.h, Namer: namer}
 		permitted := a.path("run", "kubevirt-permitted-host-devices.json")
 		m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: a.path("dp"), SocketPrefix: "sandbox-gpu-kubevirt",
-			Scanner: s, Ready: func() bool { return vfio.IsReady(a.path("run", vfio.ReadyFileName)) },
+			Scanner: s, Ready: func() bool { return vfio.IsReady(a.path("run", names.VFIOReadyFile)) },
 			WatchPaths: []string{filepath.Join(a.h.DevRoot(), "vfio"), a.path("run")},
 			OnScan: func(res []deviceplugin.Resource) error {
 				return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
@@ -153,8 +153,8 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		}
 		go func() { _ = m.Run(ctx) }()
 		return func() bool { return len(m.Resources()) > 0 && a.advertised(ctx) }, nil
-	case workload.Validator:
-		v, err := validator.New(validator.Options{NodeName: a.node, Client: a.cs, VFIOReadyFile: a.path("run", vfio.ReadyFileName),
+	case names.Validator:
+		v, err := validator.New(validator.Options{NodeName: a.node, Client: a.cs, VFIOReadyFile: a.path("run", names.VFIOReadyFile),
 			PermittedFile: a.path("run", "kubevirt-permitted-host-devices.json"), Resync: time.Second, Log: log})
 		if err != nil {
 			return nil, err
@@ -188,7 +188,7 @@ func (a *agent) advertised(ctx context.Context) bool {
 // readyPod is the operand's DaemonSet pod on this node, Ready.
 func (a *agent) readyPod(ctx context.Context, op string) error {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: operands.DaemonSetName(op) + "-" + a.node, Namespace: a.ns,
-		Labels: map[string]string{operands.OperandLabel: op}},
+		Labels: map[string]string{names.OperandLabel: op}},
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: op, Image: "in-process"}}}}
 	created, err := a.cs.CoreV1().Pods(a.ns).Create(ctx, p, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {

@@ -29,9 +29,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
@@ -207,12 +207,12 @@ func (s *story) setUp(ctx context.Context) error {
 			labels["feature.node.kubernetes.io/pci-10de.present"] = "true"
 		}
 		if n.config != "" {
-			labels[workload.ConfigLabel] = n.config
+			labels[names.WorkloadConfigLabel] = n.config
 		}
 		if err := s.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels}}); err != nil {
 			return err
 		}
-		s.say("Node %-9s %s=%q, simulated host %q", n.name, workload.ConfigLabel, n.config, n.fixture)
+		s.say("Node %-9s %s=%q, simulated host %q", n.name, names.WorkloadConfigLabel, n.config, n.fixture)
 	}
 	return nil
 }
@@ -233,16 +233,16 @@ func (s *story) steps() []step {
 	deployed := func(n *corev1.Node) []string {
 		var out []string
 		for l, v := range n.Labels {
-			if op, ok := strings.CutPrefix(l, workload.DeployPrefix); ok && v == "true" {
+			if op, ok := strings.CutPrefix(l, names.DeployPrefix); ok && v == "true" {
 				out = append(out, op)
 			}
 		}
 		return slices.Sorted(slices.Values(out))
 	}
 	wantOps := map[string][]string{
-		"gpu-a10": {workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager},
-		"gpu-hgx": {workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager},
-		"gpu-ctr": {workload.NRIPlugin},
+		"gpu-a10": {names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager},
+		"gpu-hgx": {names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager},
+		"gpu-ctr": {names.NRIPlugin},
 	}
 	return []step{
 		{"the operator runs one DaemonSet per enabled operand", func(ctx context.Context) (bool, string) {
@@ -314,14 +314,14 @@ func (s *story) steps() []step {
 				return false, err.Error()
 			}
 			entries, _, _ := unstructured.NestedSlice(kv.Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
-			var names []string
+			var entryNames []string
 			for _, e := range entries {
 				m, _ := e.(map[string]any)
-				names = append(names, fmt.Sprintf("%v(%v)", m["resourceName"], m["pciVendorSelector"]))
+				entryNames = append(entryNames, fmt.Sprintf("%v(%v)", m["resourceName"], m["pciVendorSelector"]))
 			}
-			have := strings.Join(names, " ")
+			have := strings.Join(entryNames, " ")
 			for _, n := range []string{"gpu-a10", "gpu-hgx"} {
-				if nd := node(ctx, n); nd == nil || nd.Annotations[workload.PermittedAnnotation] == "" {
+				if nd := node(ctx, n); nd == nil || nd.Annotations[names.PermittedAnnotation] == "" {
 					return false, n + ": the validator has not published yet; CR: " + have
 				}
 			}

@@ -19,11 +19,12 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Common are the flags of every device plugin.
@@ -49,7 +50,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Modules, "modules-dir", "", "folder with modules.alias (default: the host's, through the proc root)")
 	fs.StringVar(&c.PCIIDs, "pci-ids", "", "pci.ids file (default: the usual system locations)")
 	fs.BoolVar(&c.WaitReady, "wait-vfio-ready", true, "advertise only after the VFIO manager reports the node ready")
-	fs.StringVar(&c.ReadyFile, "vfio-ready-file", "/run/sandbox-gpu/"+vfio.ReadyFileName, "the VFIO manager's readiness file")
+	fs.StringVar(&c.ReadyFile, "vfio-ready-file", "/run/sandbox-gpu/"+names.VFIOReadyFile, "the VFIO manager's readiness file")
 	fs.DurationVar(&c.Rescan, "rescan", 30*time.Second, "period of the safety-net rescan")
 	fs.StringVar(&c.Simulate, "simulate", "", "serve a bundled simulated host with every NVIDIA function on vfio-pci (demo)")
 	fs.StringVar(&c.HealthAddr, "health-addr", "", "address of /healthz (empty: none)")

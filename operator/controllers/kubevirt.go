@@ -26,13 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
-
-// ManagedAnnotation on a KubeVirt CR lists the permittedHostDevices
-// resource names this operator added: only those are ever removed.
-const ManagedAnnotation = "sandbox-gpu.io/managed-permitted-host-devices"
 
 // MDEVGate stops KubeVirt from creating mdevs itself when the vGPU device
 // manager owns them.
@@ -102,7 +99,7 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 }
 
 // Permitted derives the entries from the GPU resources nodes advertise.
-// What a node's validator published (workload.PermittedAnnotation) comes
+// What a node's validator published (names.PermittedAnnotation) comes
 // first, on nodes that run our KubeVirt plugin (a stale annotation of a
 // node switched to another config counts for nothing); without it, curated model names map back to their PCI ids and
 // vGPU type resources (nvidia.com/NVIDIA_*) to their mdev type names.
@@ -120,7 +117,7 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 		}
 		var pubP map[string][]kubevirtv1.PciHostDevice
 		var pubM map[string][]kubevirtv1.MediatedHostDevice
-		if n.Labels[workload.DeployLabel(workload.KubeVirtDevicePlugin)] == "true" {
+		if n.Labels[names.DeployLabel(names.KubeVirtDevicePlugin)] == "true" {
 			var err error
 			if pubP, pubM, err = published(n); err != nil {
 				problems = append(problems, err.Error())
@@ -171,19 +168,19 @@ const (
 // published reads a node's annotation, keeping the well-formed entries by
 // resource name.
 func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[string][]kubevirtv1.MediatedHostDevice, error) {
-	raw, ok := n.Annotations[workload.PermittedAnnotation]
+	raw, ok := n.Annotations[names.PermittedAnnotation]
 	if !ok {
 		return nil, nil, nil
 	}
 	var p kubevirtv1.PermittedHostDevices
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
-		return nil, nil, fmt.Errorf("node %s: annotation %s: %w", n.Name, workload.PermittedAnnotation, err)
+		return nil, nil, fmt.Errorf("node %s: annotation %s: %w", n.Name, names.PermittedAnnotation, err)
 	}
 	pci := map[string][]kubevirtv1.PciHostDevice{}
 	mdev := map[string][]kubevirtv1.MediatedHostDevice{}
 	var bad []string
 	if len(p.PciHostDevices)+len(p.MediatedDevices) > maxPublishedEntries {
-		return nil, nil, fmt.Errorf("node %s: annotation %s: %d entries, more than %d: ignored", n.Name, workload.PermittedAnnotation,
+		return nil, nil, fmt.Errorf("node %s: annotation %s: %d entries, more than %d: ignored", n.Name, names.PermittedAnnotation,
 			len(p.PciHostDevices)+len(p.MediatedDevices), maxPublishedEntries)
 	}
 	for _, e := range p.PciHostDevices {
@@ -203,13 +200,13 @@ func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[strin
 	}
 	if len(bad) > 0 {
 		return pci, mdev, fmt.Errorf("node %s: annotation %s: ignored entries outside nvidia.com/, NVIDIA PCI ids or NVIDIA mdev types, or over %d selectors per resource: %s",
-			n.Name, workload.PermittedAnnotation, maxSelectorsPerResource, strings.Join(bad, ", "))
+			n.Name, names.PermittedAnnotation, maxSelectorsPerResource, strings.Join(bad, ", "))
 	}
 	return pci, mdev, nil
 }
 
 // sync merges our entries into one CR, writing only on change. Entries
-// are ours by resource name and selector (the ManagedAnnotation lists
+// are ours by resource name and selector (the names.ManagedPermittedAnnotation lists
 // them): anything else is kept as it is, and a resource name someone else
 // already permits is left to them (two providers of one resource would
 // clash), reported instead.
@@ -217,7 +214,7 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 	before := cr.DeepCopy()
 	managed := map[string]bool{}
 	var list []string
-	_ = json.Unmarshal([]byte(cr.GetAnnotations()[ManagedAnnotation]), &list)
+	_ = json.Unmarshal([]byte(cr.GetAnnotations()[names.ManagedPermittedAnnotation]), &list)
 	for _, n := range list {
 		managed[n] = true // "pci|<name>|<selector>", "mdev|<name>|<selector>"; a bare name from older versions covers the name
 	}
@@ -285,7 +282,7 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[ManagedAnnotation] = string(b)
+	ann[names.ManagedPermittedAnnotation] = string(b)
 	cr.SetAnnotations(ann)
 	if equality.Semantic.DeepEqual(before.Object, cr.Object) {
 		return nil

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 func setCapacity(t *testing.T, c client.Client, name string, res map[string]int64) {
@@ -68,7 +68,7 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 	// the plugin's entries, including one it must not be trusted with.
 	newNode(t, c, "kv-c", nil)
 	n := getNode(t, c, "kv-c")
-	n.Annotations = map[string]string{workload.PermittedAnnotation: `{"pciHostDevices":[` +
+	n.Annotations = map[string]string{names.PermittedAnnotation: `{"pciHostDevices":[` +
 		`{"pciVendorSelector":"10de:2b85","resourceName":"nvidia.com/GB202_RTX_PRO_6000"},` +
 		`{"pciVendorSelector":"8086:1572","resourceName":"nvidia.com/GB202_RTX_PRO_6000"}]}`}
 	require.NoError(t, c.Update(ctx, n))
@@ -103,13 +103,13 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 }
 
 func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
-	gpu := map[string]string{workload.GPUPresentLabel: "true"}
-	kv := map[string]string{workload.GPUPresentLabel: "true", workload.DeployLabel(workload.KubeVirtDevicePlugin): "true"}
+	gpu := map[string]string{names.GPUPresentLabel: "true"}
+	kv := map[string]string{names.GPUPresentLabel: "true", names.DeployLabel(names.KubeVirtDevicePlugin): "true"}
 	node := func(name string, labels map[string]string, ann string, res ...string) corev1.Node {
 		n := corev1.Node{}
 		n.Name, n.Labels = name, labels
 		if ann != "" {
-			n.Annotations = map[string]string{workload.PermittedAnnotation: ann}
+			n.Annotations = map[string]string{names.PermittedAnnotation: ann}
 		}
 		n.Status.Capacity = corev1.ResourceList{}
 		for _, r := range res {
@@ -201,7 +201,7 @@ func TestKubeVirtLeavesResourcesOthersPermit(t *testing.T) {
 	})
 	entries, _, _ := unstructured.NestedSlice(get().Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
 	assert.Nil(t, entries[0].(map[string]any)["externalResourceProvider"], "the user's entry as they wrote it")
-	assert.Equal(t, `["pci|nvidia.com/GA102GL_A10|10DE:2236"]`, get().GetAnnotations()[ManagedAnnotation])
+	assert.Equal(t, `["pci|nvidia.com/GA102GL_A10|10DE:2236"]`, get().GetAnnotations()[names.ManagedPermittedAnnotation])
 
 	setCapacity(t, c, "kv-t4", map[string]int64{"cpu": 1})
 	setCapacity(t, c, "kv-a10b", map[string]int64{"cpu": 1})

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // readManifests decodes every document of the given files under manifests/.
@@ -144,13 +144,13 @@ func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[workload.PermittedAnnotation] = "{}"
+		n.Annotations[names.PermittedAnnotation] = "{}"
 	}))
 	for what, mutate := range map[string]func(n *corev1.Node){
 		"spec":             func(n *corev1.Node) { n.Spec.Unschedulable = true },
 		"a foreign label":  func(n *corev1.Node) { n.Labels["node-restriction.kubernetes.io/x"] = "y" },
-		"the config label": func(n *corev1.Node) { n.Labels[workload.ConfigLabel] = "vm-passthrough" },
-		"a deploy label":   func(n *corev1.Node) { n.Labels[workload.DeployLabel(workload.VFIOManager)] = "true" },
+		"the config label": func(n *corev1.Node) { n.Labels[names.WorkloadConfigLabel] = "vm-passthrough" },
+		"a deploy label":   func(n *corev1.Node) { n.Labels[names.DeployLabel(names.VFIOManager)] = "true" },
 		"removing a label": func(n *corev1.Node) { delete(n.Labels, "feature.node.kubernetes.io/pci-10de.present") },
 		"a foreign annotation": func(n *corev1.Node) {
 			if n.Annotations == nil {

@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
@@ -302,7 +302,7 @@ func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, want
 	for _, p := range pods.Items {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready[p.Labels[operands.OperandLabel]] = true
+				ready[p.Labels[names.OperandLabel]] = true
 			}
 		}
 	}
@@ -346,8 +346,8 @@ func TrimNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	if v, ok := n.Annotations[workload.PermittedAnnotation]; ok {
-		n.Annotations = map[string]string{workload.PermittedAnnotation: v}
+	if v, ok := n.Annotations[names.PermittedAnnotation]; ok {
+		n.Annotations = map[string]string{names.PermittedAnnotation: v}
 	} else {
 		n.Annotations = nil
 	}

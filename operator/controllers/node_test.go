@@ -17,10 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 const wait = 20 * time.Second
@@ -94,7 +93,7 @@ func waitState(t *testing.T, c client.Client, name, what string, cond func(*v1al
 func deployLabels(n *corev1.Node) []string {
 	var out []string
 	for k := range n.Labels {
-		if o, ok := strings.CutPrefix(k, workload.DeployPrefix); ok {
+		if o, ok := strings.CutPrefix(k, names.DeployPrefix); ok {
 			out = append(out, o)
 		}
 	}
@@ -102,12 +101,12 @@ func deployLabels(n *corev1.Node) []string {
 }
 
 // readyOperands plays the DaemonSets: a Ready pod per operand on the node.
-func readyOperands(t *testing.T, c client.Client, node string, names ...string) {
+func readyOperands(t *testing.T, c client.Client, node string, operandNames ...string) {
 	t.Helper()
 	ctx := context.Background()
 	ensureNamespace(t, c, operandNS)
-	for _, o := range names {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o + "-" + node, Namespace: operandNS, Labels: map[string]string{operands.OperandLabel: o}},
+	for _, o := range operandNames {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o + "-" + node, Namespace: operandNS, Labels: map[string]string{names.OperandLabel: o}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "operand"}}}}
 		require.NoError(t, c.Create(ctx, p))
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
@@ -140,15 +139,15 @@ func TestEachWorkloadConfig(t *testing.T) {
 		config   string
 		operands []string
 	}{
-		"n-default":     {"", "container", []string{workload.NRIPlugin}},
-		"n-container":   {"container", "container", []string{workload.NRIPlugin}},
-		"n-passthrough": {"vm-passthrough", "vm-passthrough", []string{workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager}},
-		"n-vgpu":        {"vm-vgpu", "vm-vgpu", []string{workload.KubeVirtDevicePlugin, workload.Validator, workload.VGPUDeviceManager}},
+		"n-default":     {"", "container", []string{names.NRIPlugin}},
+		"n-container":   {"container", "container", []string{names.NRIPlugin}},
+		"n-passthrough": {"vm-passthrough", "vm-passthrough", []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}},
+		"n-vgpu":        {"vm-vgpu", "vm-vgpu", []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}},
 	}
 	for name, tc := range cases {
 		labels := map[string]string{}
 		if tc.label != "" {
-			labels[workload.ConfigLabel] = tc.label
+			labels[names.WorkloadConfigLabel] = tc.label
 		}
 		newNode(t, c, name, labels)
 		st := waitState(t, c, name, "configuring", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateConfiguring })
@@ -175,7 +174,7 @@ func TestInvalidLabelFallsBackAndIsReported(t *testing.T) {
 	c := testClient(t)
 	setPolicy(t, c, sandboxOn("vm-passthrough"))
 	startOperator(t, newClock())
-	newNode(t, c, "n-bogus", map[string]string{workload.ConfigLabel: "vm-passthru"})
+	newNode(t, c, "n-bogus", map[string]string{names.WorkloadConfigLabel: "vm-passthru"})
 	st := waitState(t, c, "n-bogus", "configured", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig != "" })
 	assert.Equal(t, "vm-passthrough", st.Status.WorkloadConfig, "the policy default")
 	assert.Contains(t, st.Status.Message, `invalid nvidia.com/gpu.workload.config="vm-passthru"`)
@@ -200,14 +199,14 @@ func TestPolicyDefaultChangeMovesUnlabelledNodes(t *testing.T) {
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
 	newNode(t, c, "n-follow", nil)
-	newNode(t, c, "n-pinned", map[string]string{workload.ConfigLabel: "container"})
+	newNode(t, c, "n-pinned", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-follow", "container", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	waitState(t, c, "n-pinned", "container", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 
 	setPolicy(t, c, sandboxOn("vm-passthrough"))
 	waitState(t, c, "n-follow", "vm-passthrough", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "vm-passthrough" })
-	assert.Contains(t, deployLabels(getNode(t, c, "n-follow")), workload.VFIOManager)
-	assert.NotContains(t, deployLabels(getNode(t, c, "n-follow")), workload.NRIPlugin, "the old operand is paused")
+	assert.Contains(t, deployLabels(getNode(t, c, "n-follow")), names.VFIOManager)
+	assert.NotContains(t, deployLabels(getNode(t, c, "n-follow")), names.NRIPlugin, "the old operand is paused")
 	assert.Equal(t, "container", nodeState(c, "n-pinned").Status.AppliedConfig, "a labelled node keeps its config")
 }
 
@@ -219,15 +218,15 @@ func TestTransitionDrainsAndResumesAfterRestart(t *testing.T) {
 	setPolicy(t, c, sandboxOn("container"))
 	clk := newClock()
 	stop := startOperator(t, clk)
-	newNode(t, c, "n-busy", map[string]string{workload.ConfigLabel: "container"})
-	readyOperands(t, c, "n-busy", workload.NRIPlugin)
+	newNode(t, c, "n-busy", map[string]string{names.WorkloadConfigLabel: "container"})
+	readyOperands(t, c, "n-busy", names.NRIPlugin)
 	waitState(t, c, "n-busy", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 	pod := gpuPod(t, c, "n-busy", "nvidia.com/gpu")
 
-	setNodeLabel(t, c, "n-busy", workload.ConfigLabel, "vm-passthrough")
+	setNodeLabel(t, c, "n-busy", names.WorkloadConfigLabel, "vm-passthrough")
 	st := waitState(t, c, "n-busy", "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
 	assert.Contains(t, st.Status.Message, "default/train-n-busy")
-	assert.Equal(t, []string{workload.NRIPlugin}, deployLabels(getNode(t, c, "n-busy")), "nothing switches while a GPU is in use")
+	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(getNode(t, c, "n-busy")), "nothing switches while a GPU is in use")
 
 	stop() // the operator restarts mid-transition
 	startOperator(t, clk)
@@ -240,7 +239,7 @@ func TestTransitionDrainsAndResumesAfterRestart(t *testing.T) {
 	waitState(t, c, "n-busy", "configuring vm-passthrough", func(s *v1alpha1.SandboxGPUNode) bool {
 		return s.Status.AppliedConfig == "vm-passthrough" && s.Status.State == v1alpha1.StateConfiguring
 	})
-	assert.ElementsMatch(t, []string{workload.VFIOManager, workload.KubeVirtDevicePlugin, workload.Validator}, deployLabels(getNode(t, c, "n-busy")))
+	assert.ElementsMatch(t, []string{names.VFIOManager, names.KubeVirtDevicePlugin, names.Validator}, deployLabels(getNode(t, c, "n-busy")))
 }
 
 func TestDrainTimeoutFailsTheNode(t *testing.T) {
@@ -251,16 +250,16 @@ func TestDrainTimeoutFailsTheNode(t *testing.T) {
 	})
 	clk := newClock()
 	startOperator(t, clk)
-	newNode(t, c, "n-stuck", map[string]string{workload.ConfigLabel: "container"})
+	newNode(t, c, "n-stuck", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-stuck", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	gpuPod(t, c, "n-stuck", "nvidia.com/gpu")
-	setNodeLabel(t, c, "n-stuck", workload.ConfigLabel, "vm-vgpu")
+	setNodeLabel(t, c, "n-stuck", names.WorkloadConfigLabel, "vm-vgpu")
 	waitState(t, c, "n-stuck", "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
 	clk.advance(2 * time.Minute)
 	st := waitState(t, c, "n-stuck", "failed", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateFailed })
 	assert.Contains(t, st.Status.Message, "timed out")
 	assert.Contains(t, st.Status.Message, "train-n-stuck")
-	assert.Equal(t, []string{workload.NRIPlugin}, deployLabels(getNode(t, c, "n-stuck")))
+	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(getNode(t, c, "n-stuck")))
 }
 
 // A node that goes takes its state with it; a new node of the same name
@@ -271,7 +270,7 @@ func TestNodeDeletionRemovesItsState(t *testing.T) {
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-gone", Labels: map[string]string{
-		"feature.node.kubernetes.io/pci-10de.present": "true", workload.ConfigLabel: "vm-passthrough"}}}
+		"feature.node.kubernetes.io/pci-10de.present": "true", names.WorkloadConfigLabel: "vm-passthrough"}}}
 	require.NoError(t, c.Create(context.Background(), n))
 	waitState(t, c, "n-gone", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "vm-passthrough" })
 	require.NoError(t, c.Delete(context.Background(), n))
@@ -309,8 +308,8 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	c := testClient(t)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	newNode(t, c, "n-steady", map[string]string{workload.ConfigLabel: "vm-passthrough"})
-	readyOperands(t, c, "n-steady", workload.KubeVirtDevicePlugin, workload.Validator, workload.VFIOManager)
+	newNode(t, c, "n-steady", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
+	readyOperands(t, c, "n-steady", names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager)
 	st := waitState(t, c, "n-steady", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 
 	before := reconciles(t, "sandbox-gpu-node")
@@ -332,10 +331,10 @@ func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
 	c := testClient(t)
 	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
 	startOperator(t, newClock())
-	newNode(t, c, "n-evict", map[string]string{workload.ConfigLabel: "container"})
+	newNode(t, c, "n-evict", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-evict", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	pod := gpuPod(t, c, "n-evict", "nvidia.com/gpu")
-	setNodeLabel(t, c, "n-evict", workload.ConfigLabel, "vm-passthrough")
+	setNodeLabel(t, c, "n-evict", names.WorkloadConfigLabel, "vm-passthrough")
 	testutil.Eventually(t, wait, "the GPU pod evicted", func() bool {
 		p := &corev1.Pod{}
 		err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), p)
@@ -344,7 +343,7 @@ func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
 }
 
 func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"big": "y", workload.PermittedAnnotation: "{}"}},
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"big": "y", names.PermittedAnnotation: "{}"}},
 		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
 			Images: []corev1.ContainerImage{{Names: []string{"huge"}}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}}}}
 	out, err := TrimNode(n)
@@ -354,5 +353,5 @@ func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
 	assert.Equal(t, "8", tn.Status.Capacity.Name("nvidia.com/gpu", resource.DecimalSI).String())
 	assert.Empty(t, tn.Status.Images)
 	assert.Empty(t, tn.Status.Conditions)
-	assert.Equal(t, map[string]string{workload.PermittedAnnotation: "{}"}, tn.Annotations, "only what the KubeVirt sync reads")
+	assert.Equal(t, map[string]string{names.PermittedAnnotation: "{}"}, tn.Annotations, "only what the KubeVirt sync reads")
 }

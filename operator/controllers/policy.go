@@ -21,13 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
-
-// SpecHashAnnotation records the hash of the DaemonSet the operator built,
-// so an unchanged operand costs no write.
-const SpecHashAnnotation = "sandbox-gpu.io/spec-hash"
 
 // PolicyReconciler keeps the operand DaemonSets in line with the policy
 // and reports node counts and conditions in the policy's status.
@@ -117,13 +114,13 @@ func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.San
 	if err != nil {
 		return err
 	}
-	if found && existing.Annotations[SpecHashAnnotation] == hash {
+	if found && existing.Annotations[names.SpecHashAnnotation] == hash {
 		return nil // unchanged: no write
 	}
 	if want.Annotations == nil {
 		want.Annotations = map[string]string{}
 	}
-	want.Annotations[SpecHashAnnotation] = hash
+	want.Annotations[names.SpecHashAnnotation] = hash
 	if err := controllerutil.SetControllerReference(p, want, r.Scheme()); err != nil {
 		return err
 	}

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
@@ -25,7 +25,7 @@ func daemonSets(t *testing.T, c client.Client) map[string]appsv1.DaemonSet {
 	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(operandNS)))
 	out := map[string]appsv1.DaemonSet{}
 	for _, ds := range list.Items {
-		out[ds.Labels[operands.OperandLabel]] = ds
+		out[ds.Labels[names.OperandLabel]] = ds
 	}
 	return out
 }
@@ -36,14 +36,14 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	ensureNamespace(t, c, operandNS)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	want := []string{workload.KubeVirtDevicePlugin, workload.KataDevicePlugin, workload.NRIPlugin, workload.Validator, workload.VFIOManager, workload.VGPUDeviceManager}
+	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager}
 	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
 	ds := daemonSets(t, c)
 	for _, o := range want {
 		require.Contains(t, ds, o)
-		assert.Equal(t, map[string]string{workload.DeployLabel(o): "true"}, ds[o].Spec.Template.Spec.NodeSelector)
+		assert.Equal(t, map[string]string{names.DeployLabel(o): "true"}, ds[o].Spec.Template.Spec.NodeSelector)
 	}
-	assert.NotContains(t, ds, workload.VGPUManager, "no vGPU host driver manager without its image")
+	assert.NotContains(t, ds, names.VGPUManager, "no vGPU host driver manager without its image")
 
 	// Steady state: a reconcile that changes nothing writes nothing.
 	rv := map[string]string{}
@@ -68,8 +68,8 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	})
 	testutil.Eventually(t, wait, "image override and validator removal", func() bool {
 		ds := daemonSets(t, c)
-		_, validator := ds[workload.Validator]
-		return !validator && ds[workload.VFIOManager].Spec.Template.Spec.Containers[0].Image == "registry.example/vfio-manager:dev"
+		_, validator := ds[names.Validator]
+		return !validator && ds[names.VFIOManager].Spec.Template.Spec.Containers[0].Image == "registry.example/vfio-manager:dev"
 	})
 }
 
@@ -78,8 +78,8 @@ func TestPolicyStatusCountsNodes(t *testing.T) {
 	c := testClient(t)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	newNode(t, c, "s-a", map[string]string{workload.ConfigLabel: "vm-passthrough"})
-	newNode(t, c, "s-b", map[string]string{workload.ConfigLabel: "vm-passthrough"})
+	newNode(t, c, "s-a", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
+	newNode(t, c, "s-b", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	readyOperands(t, c, "s-a", workload.Operands("vm-passthrough", &v1alpha1.SandboxGPUPolicy{Spec: v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sandboxOn("container")}})...)
 	var p v1alpha1.SandboxGPUPolicy
 	testutil.Eventually(t, wait, "counts", func() bool {

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // seedCluster resets the policy (sandbox on, container default) and
@@ -39,7 +39,7 @@ func seedCluster(b *testing.B, c client.Client, prefix string, n int) {
 			defer func() { <-sem }()
 			labels := map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}
 			if cfg := configs[i%len(configs)]; cfg != "" {
-				labels[workload.ConfigLabel] = cfg
+				labels[names.WorkloadConfigLabel] = cfg
 			}
 			if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%05d", prefix, i), Labels: labels}}); err != nil {
 				b.Error(err)

@@ -13,15 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 //go:embed manifests/node-agent.yaml
 var baseManifest []byte
-
-// OperandLabel names the operand of a DaemonSet and its pods.
-const OperandLabel = "app.kubernetes.io/name"
 
 // Options are the cluster-level inputs of the builders.
 type Options struct {
@@ -39,11 +36,11 @@ type builder struct {
 }
 
 var builders = map[string]builder{
-	workload.VFIOManager: {binary: "vfio-manager", privileged: true,
+	names.VFIOManager: {binary: "vfio-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
 		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--lock-file=/run/sandbox-gpu/vfio.lock"}
+			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
@@ -58,18 +55,18 @@ var builders = map[string]builder{
 			mount(ds, "modules", "/lib/modules", true)
 			probe(c, "/readyz", 8081)
 		}},
-	workload.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
+	names.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			devicePlugin(ds)
 		}},
-	workload.KataDevicePlugin: {binary: "kata-device-plugin",
+	names.KataDevicePlugin: {binary: "kata-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			devicePlugin(ds)
 			mount(ds, "cdi", "/var/run/cdi", false)
 		}},
-	workload.NRIPlugin: {binary: "nri-gpu-plugin",
+	names.NRIPlugin: {binary: "nri-gpu-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
@@ -81,7 +78,7 @@ var builders = map[string]builder{
 			mount(ds, "cdi", "/var/run/cdi", true)
 			mount(ds, "etc-cdi", "/etc/cdi", true)
 		}},
-	workload.Validator: {binary: "sandbox-gpu-validator",
+	names.Validator: {binary: "sandbox-gpu-validator",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
@@ -93,7 +90,7 @@ var builders = map[string]builder{
 			c.VolumeMounts[len(c.VolumeMounts)-1].ReadOnly = true
 			probe(c, "/readyz", 8082)
 		}},
-	workload.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
+	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
 		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
 			c := &ds.Spec.Template.Spec.Containers[0]
@@ -107,7 +104,7 @@ var builders = map[string]builder{
 				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: "/etc/vgpu-config", ReadOnly: true})
 			}
 		}},
-	workload.VGPUManager: {binary: "vgpu-manager", privileged: true,
+	names.VGPUManager: {binary: "vgpu-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec {
 			return v1alpha1.OperandSpec(p.VGPUManager)
 		},
@@ -133,10 +130,10 @@ func Names() []string {
 // (nodes then select it by their deploy labels).
 func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 	b, ok := builders[operand]
-	if !ok || !p.SandboxWorkloads.Enabled && operand != workload.NRIPlugin {
+	if !ok || !p.SandboxWorkloads.Enabled && operand != names.NRIPlugin {
 		return false
 	}
-	if operand == workload.VGPUManager {
+	if operand == names.VGPUManager {
 		m := p.VGPUManager
 		return m.Enabled != nil && *m.Enabled && m.Image != ""
 	}
@@ -156,11 +153,11 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	if err := yaml.UnmarshalStrict(baseManifest, ds); err != nil {
 		return nil, fmt.Errorf("embedded manifest: %w", err)
 	}
-	labels := map[string]string{OperandLabel: operand, "app.kubernetes.io/part-of": "sandbox-gpu"}
+	labels := map[string]string{names.OperandLabel: operand, "app.kubernetes.io/part-of": "sandbox-gpu"}
 	ds.ObjectMeta = metav1.ObjectMeta{Name: DaemonSetName(operand), Namespace: o.Namespace, Labels: labels}
-	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{OperandLabel: operand}}
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{names.OperandLabel: operand}}
 	ds.Spec.Template.Labels = labels
-	ds.Spec.Template.Spec.NodeSelector = map[string]string{workload.DeployLabel(operand): "true"}
+	ds.Spec.Template.Spec.NodeSelector = map[string]string{names.DeployLabel(operand): "true"}
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Name = operand
 	c.Image = fmt.Sprintf("%s/%s:%s", o.Registry, b.binary, o.Version)

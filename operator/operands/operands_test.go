@@ -7,24 +7,24 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 var opts = Options{Namespace: "sandbox-gpu", Registry: "ghcr.io/sandbox-gpu", Version: "v0.1.0"}
 
 func TestEveryOperandBuilds(t *testing.T) {
 	p := &v1alpha1.SandboxGPUPolicySpec{}
-	privileged := map[string]bool{workload.VFIOManager: true, workload.VGPUDeviceManager: true, workload.VGPUManager: true}
-	assert.ElementsMatch(t, workload.AllOperands, Names(), "a builder for every operand")
+	privileged := map[string]bool{names.VFIOManager: true, names.VGPUDeviceManager: true, names.VGPUManager: true}
+	assert.ElementsMatch(t, names.Operands(), Names(), "a builder for every operand")
 	for _, name := range Names() {
 		ds, err := Build(name, p, opts)
 		require.NoError(t, err, name)
 		assert.Equal(t, "sandbox-gpu-"+name, ds.Name)
 		assert.Equal(t, "sandbox-gpu", ds.Namespace)
-		assert.Equal(t, map[string]string{workload.DeployLabel(name): "true"}, ds.Spec.Template.Spec.NodeSelector, name)
+		assert.Equal(t, map[string]string{names.DeployLabel(name): "true"}, ds.Spec.Template.Spec.NodeSelector, name)
 		assert.Equal(t, "system-node-critical", ds.Spec.Template.Spec.PriorityClassName, name)
-		assert.Equal(t, ds.Spec.Selector.MatchLabels[OperandLabel], ds.Spec.Template.Labels[OperandLabel])
+		assert.Equal(t, ds.Spec.Selector.MatchLabels[names.OperandLabel], ds.Spec.Template.Labels[names.OperandLabel])
 		c := ds.Spec.Template.Spec.Containers[0]
 		isPriv := c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 		assert.Equal(t, privileged[name], isPriv, "%s: privileged only where sysfs writes need it", name)
@@ -43,33 +43,33 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 	p.VFIOManager.Image = "registry.example/vfio-manager:dev"
 	p.VFIOManager.Args = []string{"-v"}
 	p.VFIOManager.Env = []corev1.EnvVar{{Name: "X", Value: "1"}}
-	ds, err := Build(workload.VFIOManager, p, opts)
+	ds, err := Build(names.VFIOManager, p, opts)
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--lock-file=/run/sandbox-gpu/vfio.lock", "--nvswitches", "--vendor=10de", "-v"}, c.Args)
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--nvswitches", "--vendor=10de", "-v"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
 
-	ds, err = Build(workload.KubeVirtDevicePlugin, p, opts)
+	ds, err = Build(names.KubeVirtDevicePlugin, p, opts)
 	require.NoError(t, err)
 	assert.Equal(t, "ghcr.io/sandbox-gpu/kubevirt-device-plugin:v0.1.0", ds.Spec.Template.Spec.Containers[0].Image)
 }
 
 func TestEnabled(t *testing.T) {
 	p := &v1alpha1.SandboxGPUPolicySpec{}
-	assert.True(t, Enabled(workload.NRIPlugin, p), "container nodes work without sandbox workloads")
-	assert.False(t, Enabled(workload.VFIOManager, p), "no sandbox operands while sandbox workloads are off")
+	assert.True(t, Enabled(names.NRIPlugin, p), "container nodes work without sandbox workloads")
+	assert.False(t, Enabled(names.VFIOManager, p), "no sandbox operands while sandbox workloads are off")
 	p.SandboxWorkloads.Enabled = true
-	assert.True(t, Enabled(workload.VFIOManager, p))
-	assert.False(t, Enabled(workload.VGPUManager, p), "no image, no vGPU host driver manager")
+	assert.True(t, Enabled(names.VFIOManager, p))
+	assert.False(t, Enabled(names.VGPUManager, p), "no image, no vGPU host driver manager")
 	on := true
 	p.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "private.example/vgpu:550"}
-	assert.True(t, Enabled(workload.VGPUManager, p))
+	assert.True(t, Enabled(names.VGPUManager, p))
 	off := false
 	p.NRIPlugin.Enabled = &off
-	assert.False(t, Enabled(workload.NRIPlugin, p))
+	assert.False(t, Enabled(names.NRIPlugin, p))
 	_, err := Build("nope", p, opts)
 	assert.Error(t, err)
 }
@@ -84,7 +84,7 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := ds.Spec.Template.Spec.AutomountServiceAccountToken
-		want := op == workload.Validator || op == workload.VGPUDeviceManager
+		want := op == names.Validator || op == names.VGPUDeviceManager
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}

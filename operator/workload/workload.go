@@ -10,19 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-)
-
-// Labels and label domains.
-const (
-	// ConfigLabel is the node label users set (same as NVIDIA's GPU Operator).
-	ConfigLabel = "nvidia.com/gpu.workload.config"
-	// Domain is the operator's own label domain.
-	Domain = "sandbox-gpu.io"
-	// GPUPresentLabel is set by the node agent on GPU nodes.
-	GPUPresentLabel = Domain + "/gpu.present"
-	// DeployPrefix starts every deploy label: <prefix><operand>=true.
-	DeployPrefix = Domain + "/deploy."
 )
 
 // nfdGPULabels are the Node Feature Discovery labels of NVIDIA PCI devices.
@@ -32,27 +21,10 @@ var nfdGPULabels = []string{
 	"feature.node.kubernetes.io/pci-0300_10de.present",
 }
 
-// Operands.
-const (
-	NRIPlugin            = "nri-plugin"
-	VFIOManager          = "vfio-manager"
-	KubeVirtDevicePlugin = "kubevirt-device-plugin"
-	KataDevicePlugin     = "kata-device-plugin"
-	Validator            = "validator"
-	VGPUManager          = "vgpu-manager"
-	VGPUDeviceManager    = "vgpu-device-manager"
-)
-
-// AllOperands lists every operand the operator manages.
-var AllOperands = []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager}
-
-// DeployLabel is the node label that selects an operand's DaemonSet.
-func DeployLabel(operand string) string { return DeployPrefix + operand }
-
 // IsGPUNode reports whether NFD or the node agent says the node has an
 // NVIDIA GPU. Other nodes are never touched.
 func IsGPUNode(n *corev1.Node) bool {
-	if n.Labels[GPUPresentLabel] == "true" {
+	if n.Labels[names.GPUPresentLabel] == "true" {
 		return true
 	}
 	for _, l := range nfdGPULabels {
@@ -75,7 +47,7 @@ func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid strin
 	if def == "" {
 		def = v1alpha1.WorkloadContainer
 	}
-	v, ok := n.Labels[ConfigLabel]
+	v, ok := n.Labels[names.WorkloadConfigLabel]
 	if !ok {
 		return def, ""
 	}
@@ -83,7 +55,7 @@ func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid strin
 	case v1alpha1.WorkloadContainer, v1alpha1.WorkloadVMPassthrough, v1alpha1.WorkloadVMVGPU:
 		return v, ""
 	}
-	return def, fmt.Sprintf("node %s: invalid %s=%q (want container, vm-passthrough or vm-vgpu); using the policy default %q", n.Name, ConfigLabel, v, def)
+	return def, fmt.Sprintf("node %s: invalid %s=%q (want container, vm-passthrough or vm-vgpu); using the policy default %q", n.Name, names.WorkloadConfigLabel, v, def)
 }
 
 // Operands returns the operands a node with this config runs under the
@@ -102,18 +74,18 @@ func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 	}
 	switch config {
 	case v1alpha1.WorkloadContainer:
-		add(NRIPlugin, s.NRIPlugin.IsEnabled())
+		add(names.NRIPlugin, s.NRIPlugin.IsEnabled())
 	case v1alpha1.WorkloadVMPassthrough:
-		add(VFIOManager, s.VFIOManager.IsEnabled())
-		add(KubeVirtDevicePlugin, mode == v1alpha1.ModeKubeVirt && s.SandboxDevicePlugin.IsEnabled())
-		add(KataDevicePlugin, mode == v1alpha1.ModeKata && s.KataSandboxDevicePlugin.IsEnabled())
-		add(Validator, s.Validator.IsEnabled())
+		add(names.VFIOManager, s.VFIOManager.IsEnabled())
+		add(names.KubeVirtDevicePlugin, mode == v1alpha1.ModeKubeVirt && s.SandboxDevicePlugin.IsEnabled())
+		add(names.KataDevicePlugin, mode == v1alpha1.ModeKata && s.KataSandboxDevicePlugin.IsEnabled())
+		add(names.Validator, s.Validator.IsEnabled())
 	case v1alpha1.WorkloadVMVGPU:
 		vm := s.VGPUManager
-		add(VGPUManager, vm.Enabled != nil && *vm.Enabled && vm.Image != "")
-		add(VGPUDeviceManager, s.VGPUDeviceManager.IsEnabled())
-		add(KubeVirtDevicePlugin, s.SandboxDevicePlugin.IsEnabled())
-		add(Validator, s.Validator.IsEnabled())
+		add(names.VGPUManager, vm.Enabled != nil && *vm.Enabled && vm.Image != "")
+		add(names.VGPUDeviceManager, s.VGPUDeviceManager.IsEnabled())
+		add(names.KubeVirtDevicePlugin, s.SandboxDevicePlugin.IsEnabled())
+		add(names.Validator, s.Validator.IsEnabled())
 	}
 	sort.Strings(out)
 	return out
@@ -125,12 +97,12 @@ func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 func DeployLabels(current map[string]string, operands []string) (map[string]string, bool) {
 	want := map[string]bool{}
 	for _, o := range operands {
-		want[DeployLabel(o)] = true
+		want[names.DeployLabel(o)] = true
 	}
 	out := make(map[string]string, len(current)+len(operands))
 	changed := false
 	for k, v := range current {
-		if strings.HasPrefix(k, DeployPrefix) && !want[k] {
+		if strings.HasPrefix(k, names.DeployPrefix) && !want[k] {
 			changed = true
 			continue
 		}
@@ -179,10 +151,3 @@ func HoldsGPU(pod *corev1.Pod, config string) bool {
 	}
 	return false
 }
-
-// PermittedAnnotation on a Node carries, as JSON, the KubeVirt
-// permittedHostDevices that the node's KubeVirt device plugin derived for
-// what it advertises. The validator publishes it; the operator merges the
-// entries of every node into the KubeVirt CR, so model names the curated
-// table cannot map back to PCI ids still get there.
-const PermittedAnnotation = Domain + "/kubevirt-permitted-host-devices"

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -24,7 +25,7 @@ func policy(enabled bool, mode, def string) *v1alpha1.SandboxGPUPolicy {
 func TestIsGPUNode(t *testing.T) {
 	assert.True(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"})))
 	assert.True(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"})))
-	assert.True(t, IsGPUNode(node(map[string]string{GPUPresentLabel: "true"})))
+	assert.True(t, IsGPUNode(node(map[string]string{names.GPUPresentLabel: "true"})))
 	assert.False(t, IsGPUNode(node(map[string]string{"feature.node.kubernetes.io/pci-8086.present": "true"})))
 	assert.False(t, IsGPUNode(node(nil)))
 }
@@ -43,7 +44,7 @@ func TestConfig(t *testing.T) {
 		{"gpu", "vm-passthrough", true},
 	}
 	for _, c := range cases {
-		got, invalid := Config(node(map[string]string{ConfigLabel: c.label}), on)
+		got, invalid := Config(node(map[string]string{names.WorkloadConfigLabel: c.label}), on)
 		assert.Equal(t, c.want, got, c.label)
 		if c.invalid {
 			assert.Contains(t, invalid, "gpu-1")
@@ -55,7 +56,7 @@ func TestConfig(t *testing.T) {
 	got, invalid := Config(node(nil), on)
 	assert.Equal(t, "vm-passthrough", got, "no label: the default")
 	assert.Empty(t, invalid, "a missing label is not an error")
-	got, _ = Config(node(map[string]string{ConfigLabel: "vm-passthrough"}), policy(false, "", ""))
+	got, _ = Config(node(map[string]string{names.WorkloadConfigLabel: "vm-passthrough"}), policy(false, "", ""))
 	assert.Equal(t, "container", got, "sandbox workloads off: containers")
 	got, _ = Config(node(nil), policy(true, "", ""))
 	assert.Equal(t, "container", got, "the default default is container")
@@ -64,26 +65,26 @@ func TestConfig(t *testing.T) {
 func TestOperands(t *testing.T) {
 	kv := policy(true, "kubevirt", "")
 	kata := policy(true, "kata", "")
-	assert.Equal(t, []string{NRIPlugin}, Operands("container", kv))
-	assert.Equal(t, []string{KubeVirtDevicePlugin, Validator, VFIOManager}, Operands("vm-passthrough", kv))
-	assert.Equal(t, []string{KataDevicePlugin, Validator, VFIOManager}, Operands("vm-passthrough", kata))
-	assert.Equal(t, []string{KubeVirtDevicePlugin, Validator, VGPUDeviceManager}, Operands("vm-vgpu", kv),
+	assert.Equal(t, []string{names.NRIPlugin}, Operands("container", kv))
+	assert.Equal(t, []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}, Operands("vm-passthrough", kv))
+	assert.Equal(t, []string{names.KataDevicePlugin, names.Validator, names.VFIOManager}, Operands("vm-passthrough", kata))
+	assert.Equal(t, []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}, Operands("vm-vgpu", kv),
 		"no vGPU host driver manager without its (private) image")
 	on := true
 	kv.Spec.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "registry.example/vgpu-manager:550"}
-	assert.Contains(t, Operands("vm-vgpu", kv), VGPUManager)
+	assert.Contains(t, Operands("vm-vgpu", kv), names.VGPUManager)
 	off := false
 	kv.Spec.Validator.Enabled = &off
-	assert.NotContains(t, Operands("vm-passthrough", kv), Validator)
+	assert.NotContains(t, Operands("vm-passthrough", kv), names.Validator)
 }
 
 func TestDeployLabels(t *testing.T) {
-	cur := map[string]string{"kubernetes.io/hostname": "gpu-1", DeployLabel(NRIPlugin): "true"}
-	out, changed := DeployLabels(cur, []string{VFIOManager, KubeVirtDevicePlugin})
+	cur := map[string]string{"kubernetes.io/hostname": "gpu-1", names.DeployLabel(names.NRIPlugin): "true"}
+	out, changed := DeployLabels(cur, []string{names.VFIOManager, names.KubeVirtDevicePlugin})
 	assert.True(t, changed)
-	assert.Equal(t, map[string]string{"kubernetes.io/hostname": "gpu-1", DeployLabel(VFIOManager): "true", DeployLabel(KubeVirtDevicePlugin): "true"}, out)
-	assert.Equal(t, "true", cur[DeployLabel(NRIPlugin)], "input untouched")
-	_, changed = DeployLabels(out, []string{KubeVirtDevicePlugin, VFIOManager})
+	assert.Equal(t, map[string]string{"kubernetes.io/hostname": "gpu-1", names.DeployLabel(names.VFIOManager): "true", names.DeployLabel(names.KubeVirtDevicePlugin): "true"}, out)
+	assert.Equal(t, "true", cur[names.DeployLabel(names.NRIPlugin)], "input untouched")
+	_, changed = DeployLabels(out, []string{names.KubeVirtDevicePlugin, names.VFIOManager})
 	assert.False(t, changed, "same labels: no write")
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
@@ -86,8 +87,9 @@ type common struct {
 	lockFile                  string
 }
 
-// defaultLockFile is the host-wide lock on a real host.
-const defaultLockFile = "/run/lock/sandbox-gpu-vfio.lock"
+// defaultLockFile is the host-wide lock on a real host, the same file the
+// daemon holds (its DaemonSet mounts names.RunDir), so the two exclude each other.
+var defaultLockFile = names.RunPath(names.VFIOLockFile)
 
 // lockPath is the lock file to use: none for trees other than the running
 // kernel's, unless set explicitly.

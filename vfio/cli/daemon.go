@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
@@ -27,7 +28,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	c.register(fs, true)
 	fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host); watched for changes")
-	fs.StringVar(&readyDir, "ready-dir", "/run/sandbox-gpu", "folder for the readiness file "+vfio.ReadyFileName+" (empty: none)")
+	fs.StringVar(&readyDir, "ready-dir", "/run/sandbox-gpu", "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
 	fs.StringVar(&healthAddr, "health-addr", ":8081", "address of /healthz, /readyz and /metrics (empty: none)")
 	fs.DurationVar(&resync, "resync", 5*time.Minute, "period of the safety-net reconcile")
 	fs.BoolVar(&verbose, "v", false, "verbose logging")

@@ -1,0 +1,91 @@
+// Package names holds every name that more than one part of sandbox-gpu
+// relies on: node labels and annotations (ours and the NVIDIA GPU
+// Operator's that users already know), the operand names, and the files the
+// node daemons exchange on the host. Keeping them in one leaf package means
+// the operator, the node daemons and the CLI can never disagree, and no
+// node binary has to import the operator to learn a label.
+package names
+
+import "path/filepath"
+
+// Domain is the product's own label and annotation domain.
+const Domain = "sandbox-gpu.io"
+
+// Node labels users set or read, the same as NVIDIA GPU Operator's.
+const (
+	// WorkloadConfigLabel selects a GPU node's workload config:
+	// container, vm-passthrough or vm-vgpu.
+	WorkloadConfigLabel = "nvidia.com/gpu.workload.config"
+	// VGPUConfigLabel selects a vm-vgpu node's entry of the vGPU config.
+	VGPUConfigLabel = "nvidia.com/vgpu.config"
+	// VGPUConfigStateLabel reports the vGPU device manager's progress:
+	// pending, success or failed.
+	VGPUConfigStateLabel = "nvidia.com/vgpu.config.state"
+)
+
+// Labels and annotations under our own domain.
+const (
+	// GPUPresentLabel marks a node with an NVIDIA GPU (set by the node
+	// agent where Node Feature Discovery does not run).
+	GPUPresentLabel = Domain + "/gpu.present"
+	// DeployPrefix starts every deploy label: <prefix><operand>=true.
+	DeployPrefix = Domain + "/deploy."
+	// PermittedAnnotation on a Node carries, as JSON, the KubeVirt
+	// permittedHostDevices the node's KubeVirt device plugin derived for
+	// what it advertises; the validator publishes it, the operator merges
+	// every node's into the KubeVirt CR.
+	PermittedAnnotation = Domain + "/kubevirt-permitted-host-devices"
+	// ManagedPermittedAnnotation on a KubeVirt CR lists the
+	// permittedHostDevices entries the operator added (and may remove).
+	ManagedPermittedAnnotation = Domain + "/managed-permitted-host-devices"
+	// SpecHashAnnotation on an operand DaemonSet is the hash of the spec
+	// the operator built, so an unchanged operand costs no write.
+	SpecHashAnnotation = Domain + "/spec-hash"
+	// RequestAnnotation lets pods of allowed namespaces ask the NRI plugin
+	// for GPUs by annotation (monitoring agents).
+	RequestAnnotation = Domain + "/gpu-request"
+)
+
+// Labels of the operand DaemonSets and their pods.
+const (
+	OperandLabel = "app.kubernetes.io/name"
+	PartOfLabel  = "app.kubernetes.io/part-of"
+	PartOf       = "sandbox-gpu"
+)
+
+// Operands: the node daemons the operator deploys.
+const (
+	NRIPlugin            = "nri-plugin"
+	VFIOManager          = "vfio-manager"
+	KubeVirtDevicePlugin = "kubevirt-device-plugin"
+	KataDevicePlugin     = "kata-device-plugin"
+	Validator            = "validator"
+	VGPUManager          = "vgpu-manager"
+	VGPUDeviceManager    = "vgpu-device-manager"
+)
+
+// Operands lists every operand the operator manages.
+func Operands() []string {
+	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager}
+}
+
+// DeployLabel is the node label that selects an operand's DaemonSet.
+func DeployLabel(operand string) string { return DeployPrefix + operand }
+
+// Files the node daemons share on the host. RunDir is mounted into every
+// node daemon that writes or reads one of them.
+const (
+	// RunDir holds the files below.
+	RunDir = "/run/sandbox-gpu"
+	// VFIOReadyFile is the VFIO manager's readiness file.
+	VFIOReadyFile = "vfio-manager.ready"
+	// VFIOLockFile is the host-wide lock every process that rebinds PCI
+	// functions holds: the daemon and a host-side vfio-manager alike.
+	VFIOLockFile = "vfio.lock"
+	// PermittedFile is where the KubeVirt device plugin keeps the
+	// permittedHostDevices of what it advertises.
+	PermittedFile = "kubevirt-permitted-host-devices.json"
+)
+
+// RunPath returns the path of one of the shared files under RunDir.
+func RunPath(file string) string { return filepath.Join(RunDir, file) }
