@@ -85,6 +85,13 @@ const (
 	// PermittedFile is where the KubeVirt device plugin keeps the
 	// permittedHostDevices of what it advertises.
 	PermittedFile = "kubevirt-permitted-host-devices.json"
+	// VGPUReadyFile is the vGPU device manager's report of the config it
+	// applied (read by the validator).
+	VGPUReadyFile = "vgpu-device-manager.ready"
+	// VGPUPauseFile exists while the vGPU device manager changes a GPU's
+	// vGPUs: the KubeVirt device plugin then advertises none of them, so
+	// the kubelet never sees a half-built set.
+	VGPUPauseFile = "vgpu-device-manager.pause"
 )
 
 // RunPath returns the path of one of the shared files under RunDir.
