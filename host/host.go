@@ -11,6 +11,14 @@ import (
 	"strings"
 )
 
+// The roots of the running host, the defaults of Options and of every node
+// binary's --sysfs-root, --dev-root and --proc-root.
+const (
+	DefaultSysfsRoot = "/sys"
+	DefaultDevRoot   = "/dev"
+	DefaultProcRoot  = "/proc"
+)
+
 // Options are the injected host paths and ports of a Host.
 type Options struct {
 	SysfsRoot string // default /sys
@@ -35,8 +43,8 @@ type Host struct {
 // New returns a Host for the given options, applying the defaults.
 func New(o Options) *Host {
 	h := &Host{
-		sysfs: orDefault(o.SysfsRoot, "/sys"), dev: orDefault(o.DevRoot, "/dev"),
-		proc: orDefault(o.ProcRoot, "/proc"), modules: o.ModulesDir,
+		sysfs: orDefault(o.SysfsRoot, DefaultSysfsRoot), dev: orDefault(o.DevRoot, DefaultDevRoot),
+		proc: orDefault(o.ProcRoot, DefaultProcRoot), modules: o.ModulesDir,
 		writer: o.Writer, links: o.Links, loader: o.Loader,
 	}
 	if h.writer == nil {

@@ -1,0 +1,51 @@
+package shell
+
+import (
+	"io"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+)
+
+// Env is what a command runs with.
+type Env struct {
+	Stdout, Stderr io.Writer
+	// Log is the structured logger (JSON lines on Stderr).
+	Log logr.Logger
+	// Roots are the host roots from the flags (commands with Roots).
+	Roots Roots
+	// Metrics is served on /metrics; the Go and process collectors are in.
+	Metrics *prometheus.Registry
+
+	verbosity  verbosity
+	sim        *host.Options
+	health     *health
+	listenAddr string
+}
+
+// ListenAddr is the address the health listener is bound to ("" when off).
+func (e *Env) ListenAddr() string { return e.listenAddr }
+
+// Verbosity is the -v level.
+func (e *Env) Verbosity() int { return int(e.verbosity) }
+
+// HostOptions are the host model's options: the roots from the flags, or
+// the simulated host the demo runs the command on.
+func (e *Env) HostOptions() host.Options {
+	if e.sim != nil {
+		return *e.sim
+	}
+	return host.Options{SysfsRoot: e.Roots.Sysfs, DevRoot: e.Roots.Dev, ProcRoot: e.Roots.Proc}
+}
+
+// Simulated reports whether the command runs on a simulated host.
+func (e *Env) Simulated() bool { return e.sim != nil }
+
+// AddReady adds a readiness check: /readyz answers 200 only while every
+// check passes.
+func (e *Env) AddReady(name string, c Check) { e.health.add(&e.health.ready, name, c) }
+
+// AddLive adds a liveness check for /healthz.
+func (e *Env) AddLive(name string, c Check) { e.health.add(&e.health.live, name, c) }
