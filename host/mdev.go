@@ -13,12 +13,13 @@ import (
 // Mdev is a mediated device (an mdev vGPU) as sysfs shows it under
 // /sys/bus/mdev/devices/<uuid>.
 type Mdev struct {
-	UUID       string
-	Parent     Address // the GPU (or SR-IOV VF) it lives on
-	TypeID     string  // mdev_supported_types folder, e.g. nvidia-558
-	TypeName   string  // e.g. "NVIDIA A10-4Q"
-	IOMMUGroup int
-	Driver     string // vfio_mdev, nvidia-vgpu-vfio; "" when unbound
+	UUID        string
+	Parent      Address // the GPU (or SR-IOV VF) it lives on
+	TypeID      string  // mdev_supported_types folder, e.g. nvidia-558
+	TypeName    string  // e.g. "NVIDIA A10-4Q"
+	IOMMUGroup  int
+	Driver      string   // vfio_mdev, nvidia-vgpu-vfio; "" when unbound
+	VFIODevices []string // vfio-dev/vfioN (iommufd cdev) names
 }
 
 // Mdevs lists the mediated devices. A host without the mdev bus has none.
@@ -59,6 +60,9 @@ func readMdev(dir, uuid string) (Mdev, error) {
 		return m, err
 	}
 	if m.Driver, err = linkBase(filepath.Join(dir, "driver")); err != nil {
+		return m, err
+	}
+	if m.VFIODevices, err = dirNames(filepath.Join(dir, "vfio-dev")); err != nil {
 		return m, err
 	}
 	group, err := linkBase(filepath.Join(dir, "iommu_group"))
@@ -163,4 +167,23 @@ func (h *Host) groupNodeExists(group int) error {
 		return fmt.Errorf("%s is gone", node)
 	}
 	return nil
+}
+
+// DeviceWatchPaths are the folders whose changes mean the devices a
+// device plugin advertises may have changed: /dev/vfio (and its devices/),
+// the mdev bus, and the folder of every vfio driver (bind and unbind show
+// there). A caller watches them; the host model is what knows where they are.
+func (h *Host) DeviceWatchPaths() []string {
+	paths := []string{
+		filepath.Join(h.dev, "vfio"),
+		filepath.Join(h.dev, "vfio", "devices"),
+		filepath.Join(h.sysfs, "bus", "mdev", "devices"),
+	}
+	drivers, _ := dirNames(filepath.Join(h.sysfs, "bus", "pci", "drivers"))
+	for _, d := range drivers {
+		if IsVFIODriver(d) {
+			paths = append(paths, filepath.Join(h.sysfs, "bus", "pci", "drivers", d))
+		}
+	}
+	return paths
 }

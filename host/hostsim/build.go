@@ -94,12 +94,18 @@ func (k *Kernel) writeAliases() error {
 
 // AddFunction creates a PCI function in sysfs, bound to f.Driver.
 func (k *Kernel) AddFunction(f Func) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.addFunction(f)
+}
+
+// addFunction is AddFunction with k.mu held (the kernel itself adds SR-IOV
+// VFs when sriov_numvfs is written).
+func (k *Kernel) addFunction(f Func) error {
 	addr, err := host.ParseAddress(f.Address)
 	if err != nil {
 		return err
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	dom := strings.SplitN(string(addr), ":", 2)[0]
 	rootBus := "pci" + dom + ":00"
 	dir := k.sys("devices", rootBus, string(addr))

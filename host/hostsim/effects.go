@@ -64,8 +64,10 @@ func (k *Kernel) addressOf(rel, data string) host.Address {
 		a, _ := host.ParseAddress(filepath.Base(filepath.Dir(rel)))
 		return a
 	}
-	a, _ := host.ParseAddress(strings.TrimSpace(data))
-	return a
+	if a, err := host.ParseAddress(strings.TrimSpace(data)); err == nil {
+		return a
+	}
+	return deepestAddress(rel) // vGPU attributes: the function the path is under
 }
 
 func (k *Kernel) apply(rel, data string) error {
@@ -97,6 +99,9 @@ func (k *Kernel) apply(rel, data string) error {
 			v = "(null)"
 		}
 		return os.WriteFile(filepath.Join(f.dir, "driver_override"), []byte(v+"\n"), 0o644)
+	}
+	if handled, err := k.applyVGPU(parts, data); handled {
+		return err
 	}
 	return syscall.EACCES
 }

@@ -29,7 +29,8 @@ type Fixture struct {
 	Drivers     []Driver
 	Funcs       []Func
 	Holders     []Hold
-	DevNodes    []string // extra device nodes under the dev root
+	DevNodes    []string   // extra device nodes under the dev root
+	VGPUs       []VGPUCard // GPUs with NVIDIA's vGPU host driver (vgpufixtures.go)
 }
 
 // Hold is a process holding a device node at start.
@@ -52,6 +53,11 @@ func (fx Fixture) Build(dir string) (*Kernel, error) {
 	}
 	for _, f := range fx.Funcs {
 		if err := k.AddFunction(f); err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
+		}
+	}
+	for _, c := range fx.VGPUs {
+		if err := k.EnableVGPU(c); err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
 		}
 	}
@@ -120,6 +126,7 @@ func Fixtures() []Fixture {
 			Holders: []Hold{{PID: 4242, Comm: "python3", DevPath: "nvidia0"}},
 		},
 	}
+	fx = append(fx, vgpuFixtures()...)
 	sort.Slice(fx, func(i, j int) bool { return fx[i].Name < fx[j].Name })
 	return fx
 }

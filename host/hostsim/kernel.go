@@ -54,6 +54,7 @@ type Kernel struct {
 	latency    func(Write) time.Duration
 	violations []string
 	nextFD     map[int]int
+	cards      map[host.Address]*simCard // vGPU-capable GPUs by PF (vgpumodel.go)
 }
 
 type simFunc struct {

@@ -1,0 +1,75 @@
+package host_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+)
+
+func TestParseMdevDescription(t *testing.T) {
+	for _, c := range []struct {
+		desc    string
+		max, fb int
+	}{
+		{"num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=5120x2880, max_instance=6", 6, 4096},
+		{"num_heads=1, frl_config=60, framebuffer=1024M, max_resolution=1280x1024, max_instance=24", 24, 1024},
+		{"", 0, 0},
+		{"max_instance=x, framebuffer=M", 0, 0},
+		{"Single port serial", 0, 0},
+	} {
+		max, fb := host.ParseMdevDescription(c.desc)
+		assert.Equal(t, c.max, max, c.desc)
+		assert.Equal(t, c.fb, fb, c.desc)
+	}
+	assert.Equal(t, "A10-4Q", host.ShortTypeName("NVIDIA A10-4Q"))
+	assert.Equal(t, "T4-8Q", host.ShortTypeName("GRID T4-8Q"))
+	assert.Equal(t, "mtty-1", host.ShortTypeName("mtty-1"))
+	assert.Equal(t, "", host.ShortTypeName("  "))
+}
+
+func TestMdevInUse(t *testing.T) {
+	k, h := hostsim.NewHost(t, "a10-vgpu")
+	const uuid = "5e1a0000-0000-4000-8000-000000000001"
+	require.NoError(t, h.CreateMdev("0000:3b:00.0", "nvidia-558", uuid))
+	m, ok, err := h.ReadMdev(uuid)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, h.CheckMdevIdle(m))
+
+	node := "vfio/" + strconv.Itoa(m.IOMMUGroup)
+	require.NoError(t, k.HoldOpen(4100, "qemu-kvm", node))
+	err = h.CheckMdevIdle(m)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in use: "+filepath.Join(h.DevRoot(), node))
+	assert.Contains(t, err.Error(), "pid 4100 (qemu-kvm)")
+	require.NoError(t, k.Exit(4100))
+
+	// The iommufd cdev of the mdev counts too.
+	require.NoError(t, os.MkdirAll(filepath.Join(h.SysfsRoot(), "bus/mdev/devices", uuid, "vfio-dev", "vfio3"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(h.DevRoot(), "vfio/devices"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(h.DevRoot(), "vfio/devices/vfio3"), nil, 0o644))
+	m, _, err = h.ReadMdev(uuid)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"vfio3"}, m.VFIODevices)
+	require.NoError(t, k.HoldOpen(4101, "qemu-kvm", "vfio/devices/vfio3"))
+	err = h.CheckMdevIdle(m)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "vfio/devices/vfio3")
+
+	_, _, err = h.ReadMdev("../../x")
+	assert.Error(t, err)
+	assert.Error(t, h.CreateMdev("0000:3b:00.0", "../x", uuid))
+	assert.Error(t, h.RemoveMdev("nope"))
+	assert.Error(t, h.SetNumVFs("0000:3b:00.0", -1))
+	assert.Error(t, h.SetVGPUType("0000:3b:00.0", -1))
+	_, ok, err = h.ReadMdev("5e1a0000-0000-4000-8000-0000000000ff")
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
