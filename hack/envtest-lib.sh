@@ -1,24 +1,11 @@
-# envtest-lib.sh: what hack/envtest-assets.sh and hack/envtest-assets-version.sh share. Sourced, not
-# run; the caller sets `go` and defines `say`.
+# envtest-lib.sh: what hack/envtest-assets.sh, hack/envtest-assets-version.sh and
+# hack/fetch-cluster.sh share. Sourced, not run; the caller sets `go` and defines `say`.
 
-# envtest_up_to_date DIR K8S_VERSION ETCD_VERSION reports whether DIR holds kube-apiserver and etcd
-# at those versions.
-envtest_up_to_date() {
-	local dir=$1 k8s_version=$2 etcd_version=$3 etcd_out
-	[ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] || return 1
-	[ "$("$dir/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
-	# Captured first: under pipefail, grep -q quitting at the first line would make etcd die of
-	# SIGPIPE on its next write (etcd writes each version line separately) and fail the pipe.
-	etcd_out=$("$dir/etcd" --version 2>/dev/null) || return 1
-	grep -qx "etcd Version: ${etcd_version#v}" <<<"$etcd_out"
-}
-
-# envtest_build DIR K8S_VERSION ETCD_VERSION builds both binaries from the module in the current
-# folder into DIR, stamped the way a Kubernetes release build is (kube-apiserver derives its binary
-# and emulation version from gitVersion; the unstamped default is v0.0.0-master), and checks them.
-envtest_build() {
-	local dir=$1 k8s_version=$2 etcd_version=$3
-	local major minor build_date ldflags pkg tmp start
+# k8s_ldflags K8S_VERSION prints the -ldflags that stamp a Kubernetes binary the way a release build
+# is (kube-apiserver derives its binary and emulation version from gitVersion; the unstamped
+# default is v0.0.0-master). Run it in the module that pins k8s.io/kubernetes (for the build date).
+k8s_ldflags() {
+	local k8s_version=$1 major minor build_date ldflags pkg
 	major=${k8s_version#v}
 	major=${major%%.*}
 	minor=${k8s_version#v"$major".}
@@ -30,6 +17,38 @@ envtest_build() {
 		ldflags+=" -X $pkg.gitTreeState=clean"
 		if [ -n "$build_date" ]; then ldflags+=" -X $pkg.buildDate=$build_date"; fi
 	done
+	printf '%s\n' "$ldflags"
+}
+
+# k8s_binaries_up_to_date DIR K8S_VERSION NAME... reports whether DIR holds every named Kubernetes
+# binary and each says "Kubernetes K8S_VERSION" to --version.
+k8s_binaries_up_to_date() {
+	local dir=$1 k8s_version=$2 name
+	shift 2
+	for name in "$@"; do
+		[ -x "$dir/$name" ] || return 1
+		[ "$("$dir/$name" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
+	done
+}
+
+# envtest_up_to_date DIR K8S_VERSION ETCD_VERSION reports whether DIR holds kube-apiserver and etcd
+# at those versions.
+envtest_up_to_date() {
+	local dir=$1 k8s_version=$2 etcd_version=$3 etcd_out
+	[ -x "$dir/etcd" ] || return 1
+	k8s_binaries_up_to_date "$dir" "$k8s_version" kube-apiserver || return 1
+	# Captured first: under pipefail, grep -q quitting at the first line would make etcd die of
+	# SIGPIPE on its next write (etcd writes each version line separately) and fail the pipe.
+	etcd_out=$("$dir/etcd" --version 2>/dev/null) || return 1
+	grep -qx "etcd Version: ${etcd_version#v}" <<<"$etcd_out"
+}
+
+# envtest_build DIR K8S_VERSION ETCD_VERSION builds both binaries from the module in the current
+# folder into DIR, stamped the way a Kubernetes release build is (k8s_ldflags), and checks them.
+envtest_build() {
+	local dir=$1 k8s_version=$2 etcd_version=$3
+	local ldflags tmp start
+	ldflags=$(k8s_ldflags "$k8s_version")
 	mkdir -p "$dir"
 	tmp=$(mktemp -d "$dir/.build.XXXXXX")
 	say "building kube-apiserver $k8s_version and etcd $etcd_version ($("$go" env GOVERSION)) into $dir (cold: several minutes)"
