@@ -1,0 +1,151 @@
+// Package cluster is the end-to-end suite of the one-node cluster of real parts
+// (test/internal/cluster): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+// containerd 2.4.2 with runc and the bridge CNI, and a kubelet, started once for the package by
+// TestMain and torn down after the last test, with the host checked against a snapshot taken
+// before. The parts come from hack/fetch-cluster.sh (`make test-deps`); it needs root.
+//
+// Missing parts fail the suite; SANDBOX_GPU_REQUIRE_CLUSTER=0 makes it skip instead (CI never sets
+// it). SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR. SANDBOX_GPU_CLUSTER_HOLD=1
+// keeps the cluster up after the tests until SIGINT or SIGTERM, printing its kubeconfig (run go test
+// with -timeout 0).
+package cluster
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+)
+
+const (
+	requireEnv = "SANDBOX_GPU_REQUIRE_CLUSTER"
+	logsEnv    = "SANDBOX_GPU_CLUSTER_LOGS"
+	holdEnv    = "SANDBOX_GPU_CLUSTER_HOLD"
+
+	// startWithin bounds the whole bring-up (a warm one takes well under a minute on 2 busy cores).
+	startWithin = 5 * time.Minute
+)
+
+var (
+	// shared is the package's cluster; nil when skipReason is set.
+	shared *cluster.Cluster
+	// skipReason, when set, makes every test skip (only with SANDBOX_GPU_REQUIRE_CLUSTER=0).
+	skipReason string
+	// startedIn is how long the bring-up took.
+	startedIn time.Duration
+
+	teardownOnce sync.Once
+	teardownErr  error
+	tornDown     bool
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+	defer cancel()
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		LogsDir: os.Getenv(logsEnv),
+		Logf: func(format string, args ...any) {
+			if testing.Verbose() {
+				fmt.Fprintf(os.Stderr, "cluster: "+format+"\n", args...)
+			}
+		},
+	})
+	if err != nil {
+		if os.Getenv(requireEnv) == "0" {
+			skipReason = fmt.Sprintf("no cluster (%s=0): %v", requireEnv, err)
+			return m.Run()
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: start the one-node cluster: %v\n", err)
+		if !cluster.IsMissing(err) {
+			fmt.Fprintf(os.Stderr, "(set %s=0 to skip this suite where a cluster cannot run)\n", requireEnv)
+		}
+		return 1
+	}
+	shared, startedIn = c, time.Since(start)
+	fmt.Fprintf(os.Stderr, "cluster: up in %v (node %s, logs in %s)\n", startedIn.Round(time.Millisecond), c.NodeName(), c.LogsDir())
+	code := m.Run()
+	if os.Getenv(holdEnv) == "1" {
+		hold(c)
+	}
+	if err := teardown(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: teardown: %v\n", err)
+		code = 1
+	}
+	return code
+}
+
+// teardown stops the shared cluster and checks that the host is as it was before the cluster
+// started. It runs once: in TestTeardownRestoresHost when that runs, else after the tests.
+func teardown() error {
+	teardownOnce.Do(func() {
+		if shared == nil {
+			return
+		}
+		tornDown = true
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := shared.Stop(ctx); err != nil {
+			teardownErr = err
+			return
+		}
+		teardownErr = shared.VerifyHostRestored()
+		fmt.Fprintf(os.Stderr, "cluster: torn down and host checked in %v\n", time.Since(start).Round(time.Millisecond))
+	})
+	return teardownErr
+}
+
+// hold keeps the cluster up until SIGINT or SIGTERM.
+func hold(c *cluster.Cluster) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "cluster: held (%s=1); Ctrl-C tears it down\n  export KUBECONFIG=%s\n  logs: %s\n  containerd: %s\n",
+		holdEnv, c.Kubeconfig, c.LogsDir(), c.ContainerdSocket())
+	<-ctx.Done()
+}
+
+// requireCluster returns the shared cluster, or skips (opt-out) or fails the test; when the test
+// fails, the last lines of the kubelet's and containerd's logs are added to its output.
+func requireCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	if shared == nil {
+		t.Fatal("no cluster")
+	}
+	if tornDown {
+		t.Fatal("the cluster is torn down already (TestTeardownRestoresHost runs last; run the tests in file order)")
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, comp := range []string{"kubelet", "containerd"} {
+				t.Logf("last lines of %s's log:\n%s", comp, indent(shared.LogTail(comp, 40)))
+			}
+		}
+	})
+	return shared
+}
+
+// testContext is a context bounded by within and by the test's end.
+func testContext(t *testing.T, within time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }

@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+)
+
+// iptablesTable is one table of iptables-save's output.
+type iptablesTable struct {
+	Chains []string `json:"chains"`
+	Rules  []string `json:"rules"` // "-A CHAIN ..." lines as iptables-save prints them
+}
+
+// iptablesFamilies maps a family to its save and restore programs.
+var iptablesFamilies = map[string][2]string{
+	"ipv4": {"iptables-save", "iptables-restore"},
+	"ipv6": {"ip6tables-save", "ip6tables-restore"},
+}
+
+// saveIPTables reads every table of both families (a family whose programs are missing is left out).
+func saveIPTables() (map[string]map[string]*iptablesTable, error) {
+	out := map[string]map[string]*iptablesTable{}
+	for family, progs := range iptablesFamilies {
+		if _, err := exec.LookPath(progs[0]); err != nil {
+			continue
+		}
+		data, err := exec.Command(progs[0]).Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", progs[0], err)
+		}
+		out[family] = parseIPTablesSave(string(data))
+	}
+	return out, nil
+}
+
+func parseIPTablesSave(text string) map[string]*iptablesTable {
+	tables := map[string]*iptablesTable{}
+	var cur *iptablesTable
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "*"):
+			cur = &iptablesTable{}
+			tables[line[1:]] = cur
+		case cur == nil:
+		case strings.HasPrefix(line, ":"):
+			if f := strings.Fields(line[1:]); len(f) > 0 {
+				cur.Chains = append(cur.Chains, f[0])
+			}
+		case strings.HasPrefix(line, "-A "):
+			cur.Rules = append(cur.Rules, line)
+		}
+	}
+	return tables
+}
+
+// managedChain reports whether a chain is one the kubelet or a CNI plugin makes.
+func managedChain(name string) bool {
+	for _, p := range iptablesChainPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// diffIPTables lists the chains and rules in now but not in before.
+func diffIPTables(before, now map[string]map[string]*iptablesTable) []string {
+	var d []string
+	for family, tables := range now {
+		for name, t := range tables {
+			var old iptablesTable
+			if b := before[family][name]; b != nil {
+				old = *b
+			}
+			for _, c := range t.Chains {
+				if !slices.Contains(old.Chains, c) {
+					d = append(d, fmt.Sprintf("iptables %s %s: chain %s left behind", family, name, c))
+				}
+			}
+			for _, r := range t.Rules {
+				if !slices.Contains(old.Rules, r) {
+					d = append(d, fmt.Sprintf("iptables %s %s: rule %q left behind", family, name, r))
+				}
+			}
+		}
+	}
+	slices.Sort(d)
+	return d
+}
+
+// restoreIPTables removes the kubelet's and the CNI plugins' chains that were not there before, and
+// the rules of other chains that jump to them, with one iptables-restore --noflush per family.
+func restoreIPTables(before map[string]map[string]*iptablesTable, logf func(string, ...any)) error {
+	now, err := saveIPTables()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for family, tables := range now {
+		var script strings.Builder
+		for name, t := range tables {
+			var old iptablesTable
+			if b := before[family][name]; b != nil {
+				old = *b
+			}
+			var added []string
+			for _, c := range t.Chains {
+				if managedChain(c) && !slices.Contains(old.Chains, c) {
+					added = append(added, c)
+				}
+			}
+			if len(added) == 0 {
+				continue
+			}
+			fmt.Fprintf(&script, "*%s\n", name)
+			for _, r := range t.Rules {
+				f := strings.Fields(r)
+				if len(f) < 2 || slices.Contains(added, f[1]) || slices.Contains(old.Rules, r) {
+					continue // a rule of a chain about to go, or one that was there before
+				}
+				if jumpsTo(f, added) {
+					fmt.Fprintf(&script, "-D %s\n", strings.TrimPrefix(r, "-A "))
+				}
+			}
+			for _, c := range added {
+				fmt.Fprintf(&script, "-F %s\n", c)
+			}
+			for _, c := range added {
+				fmt.Fprintf(&script, "-X %s\n", c)
+			}
+			script.WriteString("COMMIT\n")
+			logf("cleanup: removing iptables %s %s chains %s", family, name, strings.Join(added, ", "))
+		}
+		if script.Len() == 0 {
+			continue
+		}
+		cmd := exec.Command(iptablesFamilies[family][1], "--noflush")
+		cmd.Stdin = strings.NewReader(script.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %s\n%s", iptablesFamilies[family][1], err, out, script.String()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// jumpsTo reports whether a rule's fields jump (-j) or go (-g) to one of chains.
+func jumpsTo(fields []string, chains []string) bool {
+	for i := 0; i+1 < len(fields); i++ {
+		if (fields[i] == "-j" || fields[i] == "-g" || fields[i] == "--jump" || fields[i] == "--goto") &&
+			slices.Contains(chains, fields[i+1]) {
+			return true
+		}
+	}
+	return false
+}
