@@ -8,6 +8,7 @@
 #                            and `skopeo copy oci-archive:`. Prints each image's name, digest and size.
 #   hack/images.sh push      pushes every archive of $OUT to $REGISTRY (INSECURE=1: plain HTTP allowed).
 #   hack/images.sh libc6     fetches libc6 only; prints its folder (root/, version, sha256).
+#   hack/images.sh deps      installs what hack/imagebuild's tests need from apt (docker-registry), if missing.
 #
 # Environment: REGISTRY (ghcr.io/sandbox-gpu), VERSION (v0.1.0), BIN_DIR (bin), OUT (bin/images),
 # CGO_BINARIES (nri-gpu-plugin: built with cgo, as `make build` does), BINARIES (default: all shipped),
@@ -116,12 +117,15 @@ push)
 	if [ "$INSECURE" = 1 ]; then insecure=(--insecure); fi
 	"$tool" push --from "$OUT" --registry "$REGISTRY" "${insecure[@]}"
 	;;
+deps)
+	apt_install_missing docker-registry
+	;;
 libc6)
 	fetch_libc6
 	echo "$libc6_dir"
 	;;
 *)
-	echo "usage: hack/images.sh [build|push|libc6]" >&2
+	echo "usage: hack/images.sh [build|push|libc6|deps]" >&2
 	exit 2
 	;;
 esac
