@@ -1,0 +1,216 @@
+package vgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+)
+
+// ApplyOptions tune Apply.
+type ApplyOptions struct {
+	// Sequential applies one GPU after the other instead of all at once.
+	Sequential bool
+	// PauseFile, when set, exists while Apply changes vGPUs (created before
+	// the first write, removed when every GPU is done, error or not): the
+	// KubeVirt device plugin then advertises no vGPU, so the kubelet never
+	// sees a half-built set. names.VGPUPauseFile in the run dir.
+	PauseFile string
+}
+
+// Result is what an apply did.
+type Result struct {
+	File    string
+	Config  string
+	GPUs    []GPUResult
+	Refused []Refusal // the plan's refusals, then failures
+	Errors  []string  // problems outside any GPU (the pause file)
+}
+
+// GPUResult is one GPU after an apply.
+type GPUResult struct {
+	GPU     *GPU
+	Managed bool
+	Want    map[string]int
+	Have    map[string]int // vGPUs by type after the apply
+	Done    []Step         // steps completed (written, or found done)
+}
+
+// OK reports whether every GPU holds what the config asks.
+func (r *Result) OK() bool { return len(r.Refused) == 0 && len(r.Errors) == 0 }
+
+// Err is nil when OK, else a RefusedError (exit 2).
+func (r *Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	refused := append([]Refusal(nil), r.Refused...)
+	for _, e := range r.Errors {
+		refused = append(refused, Refusal{GPU: -1, Reason: e})
+	}
+	return &RefusedError{Refused: refused}
+}
+
+// Apply executes a plan: GPUs in parallel (unless o.Sequential), the steps
+// of one GPU in order. Before a GPU's first write every vGPU it removes is
+// checked idle once more, and each remove, current_vgpu_type 0 and
+// sriov_numvfs write is preceded by its own fresh check (processes and
+// kubelet): on a real kernel such a write blocks, unkillably, while a VM
+// holds the device. Every step re-reads its target first, so a step found
+// done costs no write and a run killed after any write converges when run
+// again. A GPU that fails stops there and is reported; the others go on.
+func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Result {
+	res := &Result{File: plan.File, Config: plan.Config}
+	done := make([][]Step, len(plan.GPUs))
+	failed := make([]string, len(plan.GPUs))
+	run := func(i int) {
+		done[i], failed[i] = applyGPU(ctx, h, plan, plan.GPUs[i])
+	}
+	pauseErr := error(nil)
+	if plan.Changes() && o.PauseFile != "" {
+		if pauseErr = os.WriteFile(o.PauseFile, []byte("vGPU changes in progress\n"), 0o644); pauseErr == nil {
+			defer func() {
+				if err := os.Remove(o.PauseFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					res.Errors = append(res.Errors, fmt.Sprintf("failed: remove pause file: %v", err))
+				}
+			}()
+		}
+	}
+	var wg sync.WaitGroup
+	for i, gp := range plan.GPUs {
+		switch {
+		case gp.Refused != "":
+			failed[i] = gp.Refused
+		case len(gp.Steps) == 0:
+		case pauseErr != nil:
+			failed[i] = fmt.Sprintf("failed: not attempted: pause the KubeVirt device plugin (%s): %v", o.PauseFile, pauseErr)
+		case o.Sequential:
+			run(i)
+		default:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(i)
+			}()
+		}
+	}
+	wg.Wait()
+	now, err := Inventory(h)
+	if err != nil {
+		res.Errors = append(res.Errors, fmt.Sprintf("failed: read the GPUs after applying: %v", err))
+	}
+	for i, gp := range plan.GPUs {
+		r := GPUResult{GPU: gp.GPU, Managed: gp.Managed, Want: gp.Want, Done: done[i], Have: map[string]int{}}
+		for _, g := range now {
+			if g.Address == gp.GPU.Address {
+				r.GPU, r.Have = g, g.counts()
+			}
+		}
+		res.GPUs = append(res.GPUs, r)
+		if failed[i] != "" {
+			res.Refused = append(res.Refused, Refusal{GPU: gp.GPU.Index, Address: gp.GPU.Address, Reason: failed[i]})
+		}
+	}
+	return res
+}
+
+// applyGPU runs one GPU's steps in order and stops at the first failure.
+func applyGPU(ctx context.Context, h *host.Host, plan *Plan, gp *GPUPlan) (done []Step, failure string) {
+	if err := ctx.Err(); err != nil {
+		return nil, "failed: not attempted: stopping before the GPU started: " + err.Error()
+	}
+	if why := precheck(ctx, h, plan.opts.Allocated, gp); why != "" {
+		return nil, why
+	}
+	steps := gp.Steps
+	for i := 0; i < len(steps); i++ {
+		s := steps[i]
+		if err := applyStep(ctx, h, plan.opts.Allocated, s); err != nil {
+			return done, reason(err)
+		}
+		done = append(done, s)
+		if s.Op == OpEnableVFs {
+			more, refused := replan(ctx, h, plan, gp)
+			if refused != "" {
+				return done, refused
+			}
+			steps = append(steps[:i+1:i+1], more...)
+		}
+	}
+	return done, ""
+}
+
+// reason turns a step's error into a refusal reason: "in use: ..." stays as
+// it is, anything else is a failure.
+func reason(err error) string {
+	if strings.HasPrefix(err.Error(), "in use") {
+		return err.Error()
+	}
+	return "failed: " + err.Error()
+}
+
+// precheck checks, with one look at processes and kubelet, that nothing
+// the GPU's steps remove is in use now, so that a GPU is refused whole
+// rather than half-changed.
+func precheck(ctx context.Context, h *host.Host, allocated Allocated, gp *GPUPlan) string {
+	u, err := lookUsage(ctx, h, allocated)
+	if err != nil {
+		return "in use: cannot tell: " + err.Error()
+	}
+	var busy []string
+	for _, s := range gp.Steps {
+		var why string
+		switch s.Op {
+		case OpRemove:
+			why = u.busy(VGPU{ID: s.ID})
+		case OpDisableVFs:
+			for _, vf := range gp.GPU.VFs {
+				if w := u.busy(VGPU{ID: string(vf)}); w != "" {
+					why = w
+				}
+			}
+		}
+		if why != "" {
+			busy = append(busy, why)
+		}
+	}
+	return strings.Join(busy, "; ")
+}
+
+// replan reads the GPU again once its VFs are enabled, resolves the config
+// against what it now offers and plans the creates.
+func replan(ctx context.Context, h *host.Host, plan *Plan, gp *GPUPlan) ([]Step, string) {
+	gpus, err := Inventory(h)
+	if err != nil {
+		return nil, "failed: read the GPU after enabling its VFs: " + err.Error()
+	}
+	for _, g := range gpus {
+		if g.Address != gp.GPU.Address {
+			continue
+		}
+		r, err := resolve(plan.File, plan.Config, gp.entries, g)
+		if err != nil {
+			return nil, "failed: config: " + err.Error()
+		}
+		if !r.managed {
+			return nil, ""
+		}
+		u, err := lookUsage(ctx, h, plan.opts.Allocated)
+		if err != nil {
+			return nil, "in use: cannot tell: " + err.Error()
+		}
+		steps, refused := planGPU(g, r.want, plan.opts.NodeName, u)
+		for _, s := range steps {
+			if s.Op == OpEnableVFs || s.Op == OpDisableVFs {
+				return nil, fmt.Sprintf("failed: %s: VFs still not enabled after writing sriov_numvfs", g.Describe())
+			}
+		}
+		return steps, refused
+	}
+	return nil, fmt.Sprintf("failed: GPU %s is gone", gp.GPU.Address)
+}

@@ -1,0 +1,150 @@
+package vgpu
+
+import (
+	"fmt"
+	"sort"
+)
+
+// product is one GPU model's time-sliced vGPU offer, from NVIDIA's vGPU
+// software documentation ("Virtual GPU Types for Supported GPUs", vGPU 16
+// and 17): the framebuffer each type gets, per series, and the GPU's
+// framebuffer. The catalog serves where sysfs cannot tell yet or any more:
+// an SR-IOV GPU whose VFs are not enabled (no type is visible before),
+// the capacity of vendor-VFIO types (creatable_vgpu_types has no counts),
+// and the names of type ids on a full card (creatable_vgpu_types empties).
+// mdev capacity always comes from sysfs (max_instance of the description).
+type product struct {
+	Name          string // the product part of type names: A10, A100D, H100XM
+	FramebufferGB int
+	Series        map[string][]int // series letter -> framebuffer sizes in GB
+	IDs           map[string]int   // short type name -> type id, where published
+}
+
+// maxVGPUsPerGPU is NVIDIA's limit of vGPUs on one physical GPU (A40-1Q
+// holds 32, not 48).
+const maxVGPUsPerGPU = 32
+
+func dataCenter(name string, fb int, q, c []int) product {
+	p := product{Name: name, FramebufferGB: fb, Series: map[string][]int{}}
+	if len(q) > 0 {
+		p.Series["Q"], p.Series["A"], p.Series["B"] = q, q, []int{1, 2}
+	}
+	if len(c) > 0 {
+		p.Series["C"] = c
+	}
+	return p
+}
+
+// catalogFor lists the products sold under a PCI device id of vendor
+// 10de (A2 and A16 share 25b6).
+func catalogFor(device uint16) []product {
+	q24, c24 := []int{1, 2, 3, 4, 6, 8, 12, 24}, []int{4, 6, 8, 12, 24}
+	q48, c48 := []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48}, []int{4, 6, 8, 12, 16, 24, 48}
+	q16, c16 := []int{1, 2, 4, 8, 16}, []int{4, 8, 16}
+	c40, c80 := []int{4, 5, 8, 10, 20, 40}, []int{4, 8, 10, 16, 20, 40, 80}
+	h80 := []int{4, 5, 8, 10, 16, 20, 40, 80}
+	switch device {
+	case 0x2236:
+		return []product{dataCenter("A10", 24, q24, c24)}
+	case 0x2235:
+		return []product{dataCenter("A40", 48, q48, c48)}
+	case 0x25b6:
+		return []product{dataCenter("A16", 16, q16, c16), dataCenter("A2", 16, q16, c16)}
+	case 0x20b7:
+		return []product{dataCenter("A30", 24, nil, c24)}
+	case 0x20f1:
+		return []product{dataCenter("A100", 40, nil, c40)}
+	case 0x20b5, 0x20b8:
+		return []product{dataCenter("A100D", 80, nil, c80)}
+	case 0x20b0:
+		return []product{dataCenter("A100X", 40, nil, c40)}
+	case 0x20b2:
+		return []product{dataCenter("A100DX", 80, nil, c80)}
+	case 0x27b8:
+		return []product{dataCenter("L4", 24, q24, c24)}
+	case 0x26b5:
+		return []product{dataCenter("L40", 48, q48, c48)}
+	case 0x26b9:
+		p := dataCenter("L40S", 48, q48, c48)
+		p.Series["B"] = []int{1, 2, 3}
+		p.IDs = l40sTypeIDs()
+		return []product{p}
+	case 0x2331:
+		return []product{dataCenter("H100", 80, nil, h80)}
+	case 0x2330:
+		return []product{dataCenter("H100XM", 80, nil, h80)}
+	case 0x2321:
+		return []product{dataCenter("H100L", 94, nil, []int{4, 6, 11, 15, 23, 31, 47, 94})}
+	case 0x1eb8:
+		return []product{dataCenter("T4", 16, q16, c16)}
+	case 0x1db4:
+		return []product{dataCenter("V100", 16, q16, c16)}
+	}
+	return nil
+}
+
+// l40sTypeIDs are the ids an L40S VF lists in creatable_vgpu_types with
+// vGPU 17 (as published from real hosts).
+func l40sTypeIDs() map[string]int {
+	ids := map[string]int{"L40S-1B": 1145, "L40S-2B": 1146, "L40S-3B": 2164}
+	for i, gb := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48} {
+		ids[fmt.Sprintf("L40S-%dQ", gb)] = 1147 + i
+		ids[fmt.Sprintf("L40S-%dA", gb)] = 1157 + i
+	}
+	return ids
+}
+
+// types lists a product's types with their capacity on one GPU.
+func (p product) types() []TypeInfo {
+	var out []TypeInfo
+	for s, sizes := range p.Series {
+		for _, gb := range sizes {
+			name := fmt.Sprintf("%s-%d%s", p.Name, gb, s)
+			t := TypeInfo{Name: name, SizeGB: gb, Max: min(p.FramebufferGB/gb, maxVGPUsPerGPU), MaxFrom: "catalog"}
+			if id, ok := p.IDs[name]; ok {
+				t.ID = fmt.Sprint(id)
+			}
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return typeLess(out[i].Name, out[j].Name) })
+	return out
+}
+
+// catalogTypes lists every type the products of a device id offer.
+func catalogTypes(device uint16) []TypeInfo {
+	var out []TypeInfo
+	for _, p := range catalogFor(device) {
+		out = append(out, p.types()...)
+	}
+	return out
+}
+
+// catalogMax is a type's capacity per the catalog, 0 when unknown.
+func catalogMax(device uint16, name string) int {
+	for _, t := range catalogTypes(device) {
+		if t.Name == name {
+			return t.Max
+		}
+	}
+	return 0
+}
+
+// typeLess orders type names by product, series, then framebuffer size.
+func typeLess(a, b string) bool {
+	ta, errA := ParseTypeName(a)
+	tb, errB := ParseTypeName(b)
+	if errA != nil || errB != nil {
+		return a < b
+	}
+	if ta.Product != tb.Product {
+		return ta.Product < tb.Product
+	}
+	if ta.Series != tb.Series {
+		return ta.Series < tb.Series
+	}
+	if ta.GPUInstance != tb.GPUInstance {
+		return ta.GPUInstance < tb.GPUInstance
+	}
+	return ta.SizeGB < tb.SizeGB
+}

@@ -1,0 +1,95 @@
+package vgpu
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+)
+
+const testNode = "node-a"
+
+// testConfig covers every vGPU fixture.
+const testConfig = `version: v1
+vgpu-configs:
+  default:
+    - device-filter: "0x223610DE"
+      devices: all
+      vgpu-devices: {"A10-12Q": 2}
+    - device-filter: "0x20F110DE"
+      devices: all
+      vgpu-devices: {"A100-10C": 4}
+    - device-filter: ["0x26B910DE"]
+      devices: all
+      vgpu-devices: {"L40S-24Q": 2}
+  small:
+    - devices: all
+      device-filter: "0x223610DE"
+      vgpu-devices: {"A10-4Q": 6}
+    - devices: all
+      device-filter: "0x20F110DE"
+      vgpu-devices: {"A100-4C": 10}
+    - devices: all
+      device-filter: "0x26B910DE"
+      vgpu-devices: {"L40S-8Q": 4, "L40S-8A": 2}
+  none:
+    - devices: all
+      vgpu-devices: {}
+`
+
+func parse(t testing.TB, text string) *Config {
+	t.Helper()
+	c, err := ParseConfig("test.yaml", []byte(text))
+	require.NoError(t, err)
+	return c
+}
+
+func fixture(t testing.TB, name string) (*hostsim.Kernel, *host.Host) {
+	t.Helper()
+	return hostsim.NewHost(t, name)
+}
+
+func planOf(t testing.TB, h *host.Host, cfg *Config, selected string, o Options) *Plan {
+	t.Helper()
+	if o.NodeName == "" {
+		o.NodeName = testNode
+	}
+	p, err := PlanConfig(context.Background(), h, cfg, selected, o)
+	require.NoError(t, err)
+	return p
+}
+
+// apply plans and applies a config.
+func apply(t testing.TB, h *host.Host, cfg *Config, selected string, o Options, ao ApplyOptions) *Result {
+	t.Helper()
+	return Apply(context.Background(), h, planOf(t, h, cfg, selected, o), ao)
+}
+
+// state is every GPU's vGPUs by type and ID, as the host shows them.
+func state(t testing.TB, h *host.Host) map[host.Address][]string {
+	t.Helper()
+	gpus, err := Inventory(h)
+	require.NoError(t, err)
+	out := map[host.Address][]string{}
+	for _, g := range gpus {
+		out[g.Address] = []string{}
+		for _, v := range g.VGPUs {
+			out[g.Address] = append(out[g.Address], v.Type+"@"+v.ID)
+		}
+	}
+	return out
+}
+
+func countsOf(t testing.TB, h *host.Host) map[host.Address]map[string]int {
+	t.Helper()
+	gpus, err := Inventory(h)
+	require.NoError(t, err)
+	out := map[host.Address]map[string]int{}
+	for _, g := range gpus {
+		out[g.Address] = g.counts()
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package vgpu
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// resolved is what the selected config asks of one GPU.
+type resolved struct {
+	managed  bool
+	entry    int            // index of the entry that applies, -1 when none
+	want     map[string]int // type -> vGPUs on this GPU
+	deferred bool           // types not known before the VFs are enabled
+}
+
+// resolve picks the entry that applies to a GPU and validates it against
+// what the GPU can host. The rules, NVIDIA's where it has one:
+//   - an entry applies when its device-filter (if any) matches the GPU's
+//     device and vendor id and its devices (all, or a list of indexes)
+//     include the GPU's index;
+//   - entries apply in order and each replaces the GPU's vGPUs, so the last
+//     one that applies wins;
+//   - one PCI id can be two products (A2 and A16 are both 10de:25b6): an
+//     entry with a device-filter none of whose types the GPU can host is
+//     skipped when another entry applies to the GPU;
+//   - a GPU no entry applies to is left as it is;
+//   - the winning entry must name only types the GPU can host, of one
+//     framebuffer size (NVIDIA's default, non-heterogeneous mode), and at
+//     most as many vGPUs as the GPU holds.
+//
+// Any violation is a ConfigError naming the config, the key and the GPU.
+func resolve(file, config string, entries []Entry, g *GPU) (resolved, error) {
+	r := resolved{entry: -1}
+	var fits, foreign []Entry
+	for _, e := range entries {
+		if !e.matches(g.Index, g.ID) {
+			continue
+		}
+		if len(g.Types) == 0 && g.Backend == BackendSRIOV {
+			r.deferred = true
+			fits = append(fits, e)
+			continue
+		}
+		hostable := 0
+		for t := range e.VGPUs {
+			if _, ok := g.typeInfo(t); ok {
+				hostable++
+			}
+		}
+		if len(e.Filters) > 0 && len(e.VGPUs) > 0 && hostable == 0 {
+			foreign = append(foreign, e)
+			continue
+		}
+		fits = append(fits, e)
+	}
+	switch {
+	case len(fits) > 0:
+	case len(foreign) > 0:
+		fits = foreign[len(foreign)-1:] // reported below: nothing it names fits
+	default:
+		return r, nil
+	}
+	e := fits[len(fits)-1]
+	r.managed, r.entry, r.want = true, e.Index, e.VGPUs
+	if r.deferred {
+		return r, nil
+	}
+	key := fmt.Sprintf("vgpu-configs.%s[%d].vgpu-devices", config, e.Index)
+	fail := func(key, format string, args ...any) error {
+		return &ConfigError{File: file, Config: config, Key: key, GPU: g.Describe(), Msg: fmt.Sprintf(format, args...)}
+	}
+	types := sortedKeys(e.VGPUs)
+	for _, t := range types {
+		if _, ok := g.typeInfo(t); ok {
+			continue
+		}
+		if len(g.Types) == 0 {
+			return r, fail(key+"."+t, "this GPU cannot host %s: it offers no vGPU types (no mdev_supported_types, no SR-IOV VFs with nvidia/current_vgpu_type): is NVIDIA's vGPU host driver loaded?", t)
+		}
+		return r, fail(key+"."+t, "this GPU cannot host %s; it can host %s", t, strings.Join(g.typeNames(), ", "))
+	}
+	total, sizes := 0, map[int][]string{}
+	for _, t := range types {
+		ti, _ := g.typeInfo(t)
+		total += e.VGPUs[t]
+		sizes[ti.SizeGB] = append(sizes[ti.SizeGB], t)
+	}
+	if len(sizes) > 1 {
+		var parts []string
+		for _, gb := range sortedInts(sizes) {
+			parts = append(parts, fmt.Sprintf("%d GB: %s", gb, strings.Join(sizes[gb], ", ")))
+		}
+		return r, fail(key, "mixes framebuffer sizes (%s): a GPU hosts vGPUs of one size at a time", strings.Join(parts, "; "))
+	}
+	if len(types) > 0 {
+		ti, _ := g.typeInfo(types[0])
+		if ti.Max > 0 && total > ti.Max {
+			return r, fail(key+"."+types[0], "asks for %d vGPUs of size %d GB; this GPU holds at most %d (from %s)", total, ti.SizeGB, ti.Max, ti.MaxFrom)
+		}
+	}
+	return r, nil
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
