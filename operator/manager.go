@@ -5,6 +5,7 @@ package operator
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
@@ -30,6 +32,9 @@ type Options struct {
 	LeaderElection    bool
 	// MetricsAddr and HealthAddr: "0" turns them off.
 	MetricsAddr, HealthAddr string
+	// MetricsRegistry takes the operator's own metrics (nil:
+	// controller-runtime's registry, served on MetricsAddr's /metrics).
+	MetricsRegistry prometheus.Registerer
 }
 
 // Scheme holds the types the operator reads and writes.
@@ -72,15 +77,23 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	if err := (&controllers.NodeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"), Namespace: o.Namespace}).SetupWithManager(mgr); err != nil {
+	reg := o.MetricsRegistry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	m, err := controllers.NewMetrics(reg)
+	if err != nil {
 		return nil, err
 	}
-	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(),
+	if err := (&controllers.NodeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"), Namespace: o.Namespace, Metrics: m}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(), Metrics: m,
 		Operands: operands.Options{Namespace: o.Namespace, Registry: o.Registry, Version: o.Version}}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient(), Metrics: m}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

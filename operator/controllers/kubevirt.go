@@ -44,6 +44,8 @@ type KubeVirtReconciler struct {
 	client.Client
 	// Resync is how often the CRs are checked without a node event (5m).
 	Resync time.Duration
+	// Metrics count reconcile errors (nil: none).
+	Metrics *Metrics
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=get;list;update
@@ -57,10 +59,10 @@ func (r *KubeVirtReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "kubevirt"}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("sandbox-gpu-kubevirt").
+		Named(kubeVirtControllerName).
 		Watches(&corev1.Node{}, one).
 		Watches(&v1alpha1.SandboxGPUPolicy{}, one).
-		Complete(r)
+		Complete(r.Metrics.countErrors(kubeVirtControllerName, r))
 }
 
 // Reconcile implements reconcile.Reconciler.

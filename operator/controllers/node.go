@@ -4,16 +4,13 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +29,13 @@ import (
 
 // PolicyName is the one SandboxGPUPolicy the operator follows.
 const PolicyName = "default"
+
+// Controller names (also the controller label of the error counter).
+const (
+	nodeControllerName     = "sandbox-gpu-node"
+	policyControllerName   = "sandbox-gpu-policy"
+	kubeVirtControllerName = "sandbox-gpu-kubevirt"
+)
 
 // podNodeIndex indexes pods by spec.nodeName.
 const podNodeIndex = "spec.nodeName"
@@ -52,6 +56,9 @@ type NodeReconciler struct {
 	// APIReader reads pods straight from the API server before a switch, so
 	// a GPU pod bound a moment ago is never missed through cache lag.
 	APIReader client.Reader
+	// Metrics count nodes by config and state and time transitions (nil:
+	// none).
+	Metrics *Metrics
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -72,13 +79,13 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return ok && workload.IsGPUNode(n)
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("sandbox-gpu-node").
+		Named(nodeControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}). // nodes are independent
 		For(&corev1.Node{}, builder.WithPredicates(gpuNodes)).
 		Owns(&v1alpha1.SandboxGPUNode{}).
 		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGPUNodes)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode)).
-		Complete(r)
+		Complete(r.Metrics.countErrors(nodeControllerName, r))
 }
 
 func (r *NodeReconciler) allGPUNodes(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -108,54 +115,76 @@ func podNode(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpunodes,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpunodes/status,verbs=get;update
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpunodes/status,verbs=get;patch
 
 // Reconcile implements reconcile.Reconciler.
-func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var node corev1.Node
 	if err := r.Get(ctx, req.NamespacedName, &node); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The node is gone: so is its state (garbage collection does the
 			// same through the owner reference, later).
+			r.Metrics.forgetNode(req.Name)
 			st := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: req.Name}}
-			return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, st))
+			if err := r.Delete(ctx, st); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("node %s: remove the state of a deleted node: %w", req.Name, err)
+			}
+			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("node %s: get: %w", req.Name, err)
 	}
 	if !workload.IsGPUNode(&node) {
+		r.Metrics.forgetNode(node.Name)
 		return ctrl.Result{}, nil
 	}
 	var policy v1alpha1.SandboxGPUPolicy
 	if err := r.Get(ctx, types.NamespacedName{Name: PolicyName}, &policy); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if err = client.IgnoreNotFound(err); err != nil {
+			return ctrl.Result{}, fmt.Errorf("node %s: get policy %s: %w", node.Name, PolicyName, err)
+		}
+		return ctrl.Result{}, nil
 	}
 	st, err := r.nodeState(ctx, &node)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	before := st.Status.DeepCopy()
-	defer func() {
-		if equality.Semantic.DeepEqual(before, &st.Status) {
-			return
-		}
-		if err := r.Status().Update(ctx, st); err != nil && reterr == nil {
-			reterr = fmt.Errorf("node %s: update state: %w", node.Name, err)
-		}
-	}()
+	before := st.DeepCopy()
+	rep := &nodeReport{node: node.Name}
 
 	desired, invalid := workload.Config(&node, &policy)
 	st.Status.WorkloadConfig = desired
 	countDevices(&node, st)
-	if invalid != "" && !strings.HasPrefix(before.Message, invalid) {
-		r.Recorder.Eventf(&node, nil, corev1.EventTypeWarning, "InvalidWorkloadConfig", "ReadLabel", "%s", invalid)
+	if invalid != "" && !strings.HasPrefix(before.Status.Message, invalid) {
+		rep.invalidConfig(invalid)
 	}
-	res, msg, err := r.step(ctx, &node, &policy, st, desired)
+	res, msg, err := r.step(ctx, &node, &policy, st, desired, rep)
+	setNodeConditions(st, msg, rep.failReason, r.Now())
 	if invalid != "" {
-		msg = strings.TrimSpace(invalid + "; " + msg)
-		msg = strings.TrimSuffix(msg, ";")
+		msg = strings.TrimSpace(invalid + " " + msg)
 	}
 	st.Status.Message = msg
+	if werr := r.writeState(ctx, &node, st, before, rep); werr != nil && err == nil {
+		err = werr
+	}
 	return res, err
+}
+
+// writeState writes the node's status by a merge patch against the copy
+// taken before this reconcile changed it (patchStatus; nothing is sent when
+// nothing changed). Once the status is stored, the steps it records are
+// reported: events and metrics.
+func (r *NodeReconciler) writeState(ctx context.Context, node *corev1.Node, st, before *v1alpha1.SandboxGPUNode, rep *nodeReport) error {
+	if !equality.Semantic.DeepEqual(before.Status, st.Status) {
+		if err := patchStatus(ctx, r.Client, st, before); err != nil {
+			return fmt.Errorf("node %s: write state: %w", node.Name, err)
+		}
+	}
+	r.send(node, st, rep)
+	r.Metrics.setNode(node.Name, st.Status.WorkloadConfig, st.Status.State)
+	if t := rep.completed; t != nil {
+		r.Metrics.transitionDone(t.From, t.To, t.Completed.Sub(t.Started.Time))
+	}
+	return nil
 }
 
 // nodeState gets (or creates) the node's SandboxGPUNode, owned by the Node
@@ -186,25 +215,43 @@ func (r *NodeReconciler) nodeState(ctx context.Context, node *corev1.Node) (*v1a
 	return st, nil
 }
 
-func (r *NodeReconciler) setState(st *v1alpha1.SandboxGPUNode, state string) {
-	if st.Status.State != state {
-		st.Status.State = state
-		now := metav1.NewTime(r.Now())
-		st.Status.Since = &now
+// setState moves the node to state, stamping when; it reports whether the
+// state changed (the step is new).
+func (r *NodeReconciler) setState(st *v1alpha1.SandboxGPUNode, state string) bool {
+	if st.Status.State == state {
+		return false
 	}
+	st.Status.State = state
+	now := metav1.NewTime(r.Now())
+	st.Status.Since = &now
+	return true
 }
 
-// step runs one phase of the node's state machine and says what it waits for.
-func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string) (ctrl.Result, string, error) {
+// step runs one phase of the node's state machine and says, in a sentence,
+// what it waits for. What it reports (events, a completed transition) goes
+// to rep.
+func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string, rep *nodeReport) (ctrl.Result, string, error) {
 	applied := st.Status.AppliedConfig
-	if applied != "" && applied != desired {
-		r.setState(st, v1alpha1.StateDraining)
-		holders, err := r.gpuHolders(ctx, node.Name, applied)
-		if err != nil {
-			return ctrl.Result{}, "", err
-		}
-		if len(holders) > 0 {
-			return r.drain(ctx, p, st, holders, applied, desired)
+	if applied == desired {
+		dropAbandonedTransition(st)
+	} else {
+		started := beginTransition(st, applied, desired, r.Now())
+		if applied != "" {
+			// A failed drain stays failed until its GPU pods are gone; a
+			// newer config starts a new drain.
+			if started || st.Status.State != v1alpha1.StateFailed {
+				r.setState(st, v1alpha1.StateDraining)
+			}
+			holders, err := r.gpuHolders(ctx, node.Name, applied)
+			if err != nil {
+				return ctrl.Result{}, "", err
+			}
+			if started {
+				rep.configChanged(applied, desired, holders, p.Spec.Drain.Evict)
+			}
+			if len(holders) > 0 {
+				return r.drain(ctx, node, p, st, holders, applied, desired, rep)
+			}
 		}
 	}
 	want := workload.Operands(desired, p)
@@ -214,67 +261,26 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 	if st.Status.AppliedConfig != desired {
 		st.Status.AppliedConfig = desired
 		r.setState(st, v1alpha1.StateConfiguring)
+		rep.configuring(applied, desired, want)
 	}
 	notReady, err := r.operandsNotReady(ctx, node.Name, want)
 	if err != nil {
 		return ctrl.Result{}, "", err
 	}
 	if len(notReady) > 0 {
-		r.setState(st, v1alpha1.StateConfiguring)
+		was := st.Status.State
+		if r.setState(st, v1alpha1.StateConfiguring) {
+			rep.operandsNotReady(desired, notReady, was == v1alpha1.StateReady)
+		}
 		// Operand pods are watched: their readiness wakes the node. The
 		// requeue is only a safety net, slow so that thousands of nodes
 		// waiting for operands do not keep the queue busy.
-		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, "waiting for operands: " + strings.Join(notReady, ", "), nil
+		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, fmt.Sprintf("Configuring %s: waiting for operands %s to be ready.", desired, nameList(notReady)), nil
 	}
-	r.setState(st, v1alpha1.StateReady)
+	if r.setState(st, v1alpha1.StateReady) {
+		rep.ready(desired, completeTransition(st, r.Now()))
+	}
 	return ctrl.Result{}, "", nil
-}
-
-// drain waits for (or, by policy, evicts) the pods holding GPU resources of
-// the old config; past the timeout the node is failed.
-func (r *NodeReconciler) drain(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, holders []corev1.Pod, from, to string) (ctrl.Result, string, error) {
-	names := make([]string, 0, len(holders))
-	for _, h := range holders {
-		names = append(names, h.Namespace+"/"+h.Name)
-	}
-	sort.Strings(names)
-	timeout := 10 * time.Minute
-	if p.Spec.Drain.Timeout != nil {
-		timeout = p.Spec.Drain.Timeout.Duration
-	}
-	if st.Status.Since != nil && r.Now().Sub(st.Status.Since.Time) > timeout {
-		r.setState(st, v1alpha1.StateFailed)
-		return ctrl.Result{RequeueAfter: r.Requeue}, fmt.Sprintf("drain from %s to %s timed out after %s; GPU pods still running: %s", from, to, timeout, strings.Join(names, ", ")), nil
-	}
-	if p.Spec.Drain.Evict {
-		for i := range holders {
-			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: holders[i].Name, Namespace: holders[i].Namespace}}
-			if err := r.SubResource("eviction").Create(ctx, &holders[i], ev); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{RequeueAfter: r.Requeue}, fmt.Sprintf("evicting %s/%s: %v", holders[i].Namespace, holders[i].Name, err), nil
-			}
-		}
-	}
-	return ctrl.Result{RequeueAfter: r.Requeue}, fmt.Sprintf("draining from %s to %s: waiting for %d GPU pods: %s", from, to, len(names), strings.Join(names, ", ")), nil
-}
-
-func (r *NodeReconciler) gpuHolders(ctx context.Context, node, config string) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	var err error
-	if r.APIReader != nil {
-		err = r.APIReader.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)})
-	} else {
-		err = r.List(ctx, &pods, client.MatchingFields{podNodeIndex: node})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node %s: list pods: %w", node, err)
-	}
-	var out []corev1.Pod
-	for i := range pods.Items {
-		if workload.HoldsGPU(&pods.Items[i], config) {
-			out = append(out, pods.Items[i])
-		}
-	}
-	return out, nil
 }
 
 // ensureLabels sets the node's deploy labels, writing only on change.

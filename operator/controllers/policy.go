@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -31,6 +30,8 @@ import (
 type PolicyReconciler struct {
 	client.Client
 	Operands operands.Options
+	// Metrics count reconcile errors (nil: none).
+	Metrics *Metrics
 }
 
 // SetupWithManager registers the reconciler.
@@ -39,16 +40,16 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: PolicyName}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("sandbox-gpu-policy").
+		Named(policyControllerName).
 		For(&v1alpha1.SandboxGPUPolicy{}).
 		Owns(&appsv1.DaemonSet{}).
 		Watches(&v1alpha1.SandboxGPUNode{}, toPolicy).
 		Watches(&nodev1.RuntimeClass{}, toPolicy).
-		Complete(r)
+		Complete(r.Metrics.countErrors(policyControllerName, r))
 }
 
 // +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/status,verbs=get;update
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/status,verbs=get;patch
 // +kubebuilder:rbac:groups=apps,namespace=sandbox-gpu,resources=daemonsets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sandbox-gpu,resources=leases,verbs=get;list;watch;create;update
@@ -60,18 +61,23 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	var p v1alpha1.SandboxGPUPolicy
 	if err := r.Get(ctx, req.NamespacedName, &p); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if err = client.IgnoreNotFound(err); err != nil {
+			return ctrl.Result{}, fmt.Errorf("policy %s: get: %w", req.Name, err)
+		}
+		return ctrl.Result{}, nil
 	}
-	before := p.Status.DeepCopy()
+	// The status is written by a merge patch against this copy (patchStatus),
+	// and not at all when nothing changed.
+	before := p.DeepCopy()
 	defer func() {
-		if equality.Semantic.DeepEqual(before, &p.Status) {
+		if equality.Semantic.DeepEqual(before.Status, p.Status) {
 			return
 		}
-		if err := r.Status().Update(ctx, &p); err != nil && reterr == nil {
-			reterr = fmt.Errorf("policy %s: update status: %w", p.Name, err)
+		if err := patchStatus(ctx, r.Client, &p, before); err != nil && reterr == nil {
+			reterr = fmt.Errorf("policy %s: write status: %w", p.Name, err)
 		}
 	}()
-	var errs []error
+	var errs []*operandError
 	for _, name := range operands.Names() {
 		if err := r.reconcileOperand(ctx, &p, name); err != nil {
 			errs = append(errs, err)
@@ -79,40 +85,62 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	problems, err := r.checkIntegrations(ctx, &p)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
 	}
 	if err := r.summarize(ctx, &p, errs, problems); err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
 	}
 	if len(errs) > 0 {
-		return ctrl.Result{}, errs[0]
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, errs[0])
 	}
 	return ctrl.Result{}, nil
 }
 
-func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, name string) error {
+// operandError is an operand DaemonSet the policy reconciler could not
+// bring in line: what it tried (read, build, create, update, delete) and why.
+type operandError struct {
+	operand, action string
+	err             error
+}
+
+func (e *operandError) Error() string {
+	return fmt.Sprintf("operand %s: %s its DaemonSet: %v", e.operand, e.action, e.err)
+}
+
+func (e *operandError) Unwrap() error { return e.err }
+
+// sentence says what failed in prose, for a condition message.
+func (e *operandError) sentence() string {
+	return fmt.Sprintf("The %s DaemonSet could not be %s: %s.", e.operand, map[string]string{
+		"read": "read", "build": "built", "create": "created", "update": "updated", "delete": "deleted"}[e.action], errText(e.err))
+}
+
+func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, name string) *operandError {
+	fail := func(action string, err error) *operandError {
+		return &operandError{operand: name, action: action, err: err}
+	}
 	existing := &appsv1.DaemonSet{}
 	key := types.NamespacedName{Namespace: r.Operands.Namespace, Name: operands.DaemonSetName(name)}
 	err := r.Get(ctx, key, existing)
 	found := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("operand %s: %w", name, err)
+		return fail("read", err)
 	}
 	if !operands.Enabled(name, &p.Spec) {
 		if found && metav1.IsControlledBy(existing, p) {
 			if err := r.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("operand %s: delete: %w", name, err)
+				return fail("delete", err)
 			}
 		}
 		return nil
 	}
 	want, err := operands.Build(name, &p.Spec, r.Operands)
 	if err != nil {
-		return fmt.Errorf("operand %s: %w", name, err)
+		return fail("build", err)
 	}
 	hash, err := specHash(want)
 	if err != nil {
-		return err
+		return fail("build", err)
 	}
 	if found && existing.Annotations[names.SpecHashAnnotation] == hash {
 		return nil // unchanged: no write
@@ -122,18 +150,18 @@ func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.San
 	}
 	want.Annotations[names.SpecHashAnnotation] = hash
 	if err := controllerutil.SetControllerReference(p, want, r.Scheme()); err != nil {
-		return err
+		return fail("build", err)
 	}
 	if !found {
 		if err := r.Create(ctx, want); err != nil {
-			return fmt.Errorf("operand %s: create: %w", name, err)
+			return fail("create", err)
 		}
 		return nil
 	}
 	existing.Labels, existing.Annotations, existing.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
 	existing.Spec = want.Spec
 	if err := r.Update(ctx, existing); err != nil {
-		return fmt.Errorf("operand %s: update: %w", name, err)
+		return fail("update", err)
 	}
 	return nil
 }
@@ -148,49 +176,6 @@ func specHash(ds *appsv1.DaemonSet) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8]), nil
-}
-
-// summarize counts GPU nodes per config and sets Ready and Degraded.
-func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, errs []error, problems []string) error {
-	var nodes v1alpha1.SandboxGPUNodeList
-	if err := r.List(ctx, &nodes); err != nil {
-		return fmt.Errorf("list node states: %w", err)
-	}
-	var c v1alpha1.NodeCounts
-	var failed []string
-	for _, n := range nodes.Items {
-		switch n.Status.WorkloadConfig {
-		case v1alpha1.WorkloadContainer:
-			c.Container++
-		case v1alpha1.WorkloadVMPassthrough:
-			c.VMPassthrough++
-		case v1alpha1.WorkloadVMVGPU:
-			c.VMVGPU++
-		}
-		switch n.Status.State {
-		case v1alpha1.StateReady:
-			c.Ready++
-		case v1alpha1.StateFailed:
-			c.Failed++
-			failed = append(failed, n.Name)
-		}
-	}
-	p.Status.Nodes = c
-	p.Status.ObservedGeneration = p.Generation
-	total := int32(len(nodes.Items))
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllNodesReady",
-		Message: fmt.Sprintf("%d of %d GPU nodes ready", c.Ready, total), ObservedGeneration: p.Generation}
-	if c.Ready < total || len(errs) > 0 {
-		ready.Status, ready.Reason = metav1.ConditionFalse, "NodesNotReady"
-	}
-	degraded := metav1.Condition{Type: "Degraded", Status: metav1.ConditionFalse, Reason: "AsExpected", Message: "no failed node or operand", ObservedGeneration: p.Generation}
-	if len(failed) > 0 || len(errs) > 0 || len(problems) > 0 {
-		degraded.Status, degraded.Reason = metav1.ConditionTrue, "Failures"
-		degraded.Message = fmt.Sprintf("failed nodes: %v; operand errors: %v; %s", failed, errs, strings.Join(problems, "; "))
-	}
-	meta.SetStatusCondition(&p.Status.Conditions, ready)
-	meta.SetStatusCondition(&p.Status.Conditions, degraded)
-	return nil
 }
 
 // KataRuntimeClassCondition reports whether Kata mode's RuntimeClass exists.
@@ -212,7 +197,7 @@ func (r *PolicyReconciler) checkIntegrations(ctx context.Context, p *v1alpha1.Sa
 		name = DefaultKataRuntimeClass
 	}
 	cond := metav1.Condition{Type: KataRuntimeClassCondition, Status: metav1.ConditionTrue, Reason: "Found",
-		Message: "RuntimeClass " + name + " exists", ObservedGeneration: p.Generation}
+		Message: "RuntimeClass " + name + " exists.", ObservedGeneration: p.Generation}
 	var rc nodev1.RuntimeClass
 	err := r.Get(ctx, types.NamespacedName{Name: name}, &rc)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -221,7 +206,7 @@ func (r *PolicyReconciler) checkIntegrations(ctx context.Context, p *v1alpha1.Sa
 	var problems []string
 	if apierrors.IsNotFound(err) {
 		cond.Status, cond.Reason = metav1.ConditionFalse, "Missing"
-		cond.Message = fmt.Sprintf("RuntimeClass %s not found: Kata GPU pods cannot start (install Kata with its NVIDIA GPU runtime class, or set spec.kata.runtimeClassName)", name)
+		cond.Message = fmt.Sprintf("RuntimeClass %s was not found, so Kata GPU pods cannot start: install Kata with its NVIDIA GPU runtime class, or set spec.kata.runtimeClassName.", name)
 		problems = append(problems, cond.Message)
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, cond)

@@ -36,7 +36,7 @@ func IsGPUNode(n *corev1.Node) bool {
 }
 
 // Config returns the workload config for a node and, when its label is
-// set but invalid, a message naming the node and the value. Without
+// set but invalid, a sentence naming the node and the value. Without
 // sandbox workloads every node runs containers.
 func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid string) {
 	sw := p.Spec.SandboxWorkloads
@@ -55,7 +55,7 @@ func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid strin
 	case v1alpha1.WorkloadContainer, v1alpha1.WorkloadVMPassthrough, v1alpha1.WorkloadVMVGPU:
 		return v, ""
 	}
-	return def, fmt.Sprintf("node %s: invalid %s=%q (want container, vm-passthrough or vm-vgpu); using the policy default %q", n.Name, names.WorkloadConfigLabel, v, def)
+	return def, fmt.Sprintf("Node %s has invalid %s=%q (want container, vm-passthrough or vm-vgpu), so it gets the policy default %q.", n.Name, names.WorkloadConfigLabel, v, def)
 }
 
 // Operands returns the operands a node with this config runs under the

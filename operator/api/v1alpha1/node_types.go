@@ -13,6 +13,34 @@ const (
 	StateFailed      = "failed"
 )
 
+// Condition types of a SandboxGPUNode; the policy reports Ready and
+// Degraded too.
+const (
+	// ConditionReady is True when the node runs its desired config and that
+	// config's operands are ready (the policy: every GPU node is ready).
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while the node moves to its desired
+	// config (pending, draining, configuring); the reason names the step.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when something failed that needs a person
+	// (a drain that timed out; the policy: failed nodes or operands).
+	ConditionDegraded = "Degraded"
+)
+
+// ConfigTransition is a change of a node's workload config.
+type ConfigTransition struct {
+	// From is the config the node leaves; empty for a new node.
+	// +optional
+	From string `json:"from,omitempty"`
+	// To is the config the node moves to.
+	To string `json:"to"`
+	// Started is when the operator saw the change.
+	Started metav1.Time `json:"started"`
+	// Completed is when the node became ready with To.
+	// +optional
+	Completed *metav1.Time `json:"completed,omitempty"`
+}
+
 // SandboxGPUNodeStatus is the sandbox GPU state of one node.
 type SandboxGPUNodeStatus struct {
 	// WorkloadConfig is the config the node is (being) set up for.
@@ -40,20 +68,32 @@ type SandboxGPUNodeStatus struct {
 	// Message explains the state (an invalid label, what a drain waits for).
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Transition is the config change in progress, or the last one completed.
+	// +optional
+	Transition *ConfigTransition `json:"transition,omitempty"`
+	// Conditions: Ready, Progressing and Degraded, each with the
+	// observedGeneration it was computed for.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // SandboxGPUNode is the operator's view of one GPU node; it has the
 // node's name.
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=sgnode
+// The name column is the node's; CONFIG is the config applied now, DESIRED
+// the one it moves to; MESSAGE shows with -o wide.
+// +kubebuilder:resource:scope=Cluster,shortName=sgnode,categories=sandbox-gpu
 // +kubebuilder:subresource:status
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.metadata.name`
-// +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.workloadConfig`
+// +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.appliedConfig`,description="The workload config whose operands run on the node now"
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.workloadConfig`,description="The workload config the node is (being) set up for"
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.gpus`
 // +kubebuilder:printcolumn:name="VFIO",type=integer,JSONPath=`.status.boundToVFIO`
 // +kubebuilder:printcolumn:name="vGPUs",type=integer,JSONPath=`.status.vgpus`
-// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
 type SandboxGPUNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -184,7 +184,8 @@ type NodeCounts struct {
 type SandboxGPUPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Degraded.
+	// Conditions: Ready, Degraded (and KataRuntimeClass in Kata mode), each
+	// with the observedGeneration it was computed for.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -196,7 +197,7 @@ type SandboxGPUPolicyStatus struct {
 // SandboxGPUPolicy is the cluster's sandbox GPU policy. There is one, named
 // "default".
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=sgpol
+// +kubebuilder:resource:scope=Cluster,shortName=sgpol,categories=sandbox-gpu
 // +kubebuilder:subresource:status
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="the policy must be named default"
 // +kubebuilder:printcolumn:name="Sandbox",type=boolean,JSONPath=`.spec.sandboxWorkloads.enabled`
