@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,14 +51,17 @@ func TestNodeReady(t *testing.T) {
 		node.Status.NodeInfo.ContainerRuntimeVersion, startedIn.Round(time.Millisecond))
 }
 
-// TestPod: a busybox pod from the imported image runs with a bridge address and a service-account
-// token; exec and logs go through kube-apiserver to the kubelet and containerd.
+// TestPod: a busybox pod from the imported image runs with a bridge address, a hostPath volume and
+// a service-account token with which it reaches kube-apiserver through the kubernetes Service (as
+// the operator and the node agents will); exec and logs go through kube-apiserver to the kubelet
+// and containerd.
 func TestPod(t *testing.T) {
 	c := requireCluster(t)
 	ctx := testContext(t, testWithin)
 	ns := "smoke-pod"
 	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
 	pod := busyboxPod("hello", "echo hello-from-pod; exec sleep 2147483647")
+	withProbe(pod, buildProbe(t))
 	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	start := time.Now()
@@ -73,6 +79,12 @@ func TestPod(t *testing.T) {
 	out, _, err = c.Exec(ctx, ns, pod.Name, "main", "/bin/cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 	require.NoError(t, err)
 	assert.Equal(t, ns, out, "the projected service-account volume")
+
+	// In-cluster access: the kubernetes Service's address and the pod's service-account token reach
+	// kube-apiserver (its certificate verified with the mounted CA), which knows who asks.
+	out, _, err = c.Exec(ctx, ns, pod.Name, "main", "/probe/apiprobe")
+	require.NoError(t, err)
+	assert.Contains(t, out, `"username":"system:serviceaccount:`+ns+`:default"`, "SelfSubjectReview from the pod")
 
 	require.NoError(t, pollTrue(ctx, podWithin, func() (bool, error) {
 		logs, err := c.PodLogs(ctx, ns, pod.Name, "main")
@@ -179,4 +191,27 @@ func setNodeLabel(ctx context.Context, t *testing.T, c *cluster.Cluster, key str
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, key, v)
 	_, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	require.NoError(t, err, "label node %s", key)
+}
+
+// buildProbe builds internal/apiprobe, static, into a folder of the test and returns the folder.
+func buildProbe(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	start := time.Now()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "apiprobe"), "./internal/apiprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./internal/apiprobe:\n%s", out)
+	t.Logf("apiprobe built in %v", time.Since(start).Round(time.Millisecond))
+	return dir
+}
+
+// withProbe mounts the folder holding apiprobe at /probe in the pod's first container (a hostPath:
+// the folder is the same in the node's mount namespace).
+func withProbe(pod *corev1.Pod, dir string) {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "probe", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: ptr.To(corev1.HostPathDirectory)},
+	}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "probe", MountPath: "/probe", ReadOnly: true})
 }

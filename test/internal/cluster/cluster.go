@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,6 +63,7 @@ type Cluster struct {
 	before  *HostSnapshot
 	lock    *os.File
 
+	nodeIP      net.IP // the default route's address (the kubelet's InternalIP); nil without one
 	nodeNSPid   int
 	snapshotter string
 	criConn     *grpc.ClientConn
@@ -70,8 +72,8 @@ type Cluster struct {
 	stopErr     error
 }
 
-// Start brings the cluster up, in order, each part waited for with a deadline: etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler, the node's mount namespace, containerd (images
+// Start brings the cluster up, in order, each part waited for with a deadline: etcd, kube-apiserver
+// (and the kubernetes Service's route), kube-controller-manager and kube-scheduler, the node's mount namespace, containerd (images
 // imported), the kubelet (Node Ready). On failure everything started is torn down again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	opts = withDefaults(opts)
@@ -93,6 +95,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}{
 		{"etcd", c.startEtcd},
 		{"kube-apiserver", c.startAPIServer},
+		{"kubernetes Service", c.routeKubernetesService},
 		{"controllers", c.startControllers},
 		{"node namespace", c.startNodeNamespace},
 		{"containerd", c.startContainerd},
@@ -161,6 +164,9 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
+	}
+	if c.nodeIP, err = defaultRouteIP(); err != nil {
+		c.logf("node address: %v", err)
 	}
 	ports, err := freePorts(7)
 	if err != nil {

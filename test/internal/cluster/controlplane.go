@@ -53,15 +53,20 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	})
 }
 
-// startAPIServer runs kube-apiserver on loopback with the recipe's flags (Node and RBAC
+// startAPIServer runs kube-apiserver with the recipe's flags (Node and RBAC
 // authorization, NodeRestriction, privileged pods, service-account tokens signed by the PKI's key,
 // client certificates for the kubelet connection) and waits for /readyz; then it builds the admin
 // kubeconfig, REST config and clientset.
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	k := c.pki
+	// Pods reach it on the node's address (routeKubernetesService); without one, loopback only.
+	bind, advertise := "127.0.0.1", "127.0.0.1"
+	if c.nodeIP != nil {
+		bind, advertise = "0.0.0.0", c.nodeIP.String()
+	}
 	p, err := c.start("kube-apiserver", nil, nil, c.assets.APIServer,
 		"--etcd-servers="+c.url(c.ports.etcdClient, "http"),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address="+bind, "--advertise-address="+advertise,
 		"--secure-port="+strconv.Itoa(c.ports.apiServer),
 		"--tls-cert-file="+k.path("apiserver.crt"), "--tls-private-key-file="+k.path("apiserver.key"),
 		"--client-ca-file="+k.caFile(),

@@ -14,6 +14,9 @@ type iptablesTable struct {
 	Rules  []string `json:"rules"` // "-A CHAIN ..." lines as iptables-save prints them
 }
 
+// builtinChains are the chains every table starts with.
+var builtinChains = []string{"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
+
 // iptablesFamilies maps a family to its save and restore programs.
 var iptablesFamilies = map[string][2]string{
 	"ipv4": {"iptables-save", "iptables-restore"},
@@ -77,7 +80,9 @@ func diffIPTables(before, now map[string]map[string]*iptablesTable) []string {
 				old = *b
 			}
 			for _, c := range t.Chains {
-				if !slices.Contains(old.Chains, c) {
+				// iptables-nft makes a table with its built-in chains on first use; left empty
+				// (policy ACCEPT, no rules) they change nothing.
+				if !slices.Contains(old.Chains, c) && !slices.Contains(builtinChains, c) {
 					d = append(d, fmt.Sprintf("iptables %s %s: chain %s left behind", family, name, c))
 				}
 			}

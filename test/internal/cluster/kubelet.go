@@ -79,12 +79,16 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), data, 0o644); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	p, err := c.start("kubelet", nil, c.inNodeNamespace(), c.assets.Kubelet,
-		"--config="+c.path("kubelet", "config.yaml"),
-		"--kubeconfig="+c.componentKubeconfig("kubelet"),
-		"--root-dir="+KubeletRootDir, "--cert-dir="+c.path("kubelet", "pki"),
-		"--hostname-override="+c.opts.NodeName, "--node-labels="+nodeLabels(c.opts.NodeLabels),
-		"--v=2")
+	args := []string{c.assets.Kubelet,
+		"--config=" + c.path("kubelet", "config.yaml"),
+		"--kubeconfig=" + c.componentKubeconfig("kubelet"),
+		"--root-dir=" + KubeletRootDir, "--cert-dir=" + c.path("kubelet", "pki"),
+		"--hostname-override=" + c.opts.NodeName, "--node-labels=" + nodeLabels(c.opts.NodeLabels),
+		"--v=2"}
+	if c.nodeIP != nil {
+		args = append(args, "--node-ip="+c.nodeIP.String())
+	}
+	p, err := c.start("kubelet", nil, c.inNodeNamespace(), args...)
 	if err != nil {
 		return err
 	}
