@@ -100,7 +100,7 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Resul
 		}
 	}
 	wg.Wait()
-	now, err := Inventory(h)
+	now, err := Inventory(h, plan.opts.TypeNames)
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("failed: read the GPUs after applying: %v", err))
 	}
@@ -185,7 +185,7 @@ func precheck(ctx context.Context, h *host.Host, allocated Allocated, gp *GPUPla
 // replan reads the GPU again once its VFs are enabled, resolves the config
 // against what it now offers and plans the creates.
 func replan(ctx context.Context, h *host.Host, plan *Plan, gp *GPUPlan) ([]Step, string) {
-	gpus, err := Inventory(h)
+	gpus, err := Inventory(h, plan.opts.TypeNames)
 	if err != nil {
 		return nil, "failed: read the GPU after enabling its VFs: " + err.Error()
 	}

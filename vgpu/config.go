@@ -190,7 +190,7 @@ func parseEntry(item map[string]json.RawMessage) (Entry, *ConfigError) {
 				e.Filters = append(e.Filters, id)
 			}
 		case "vgpu-devices":
-			var counts map[string]json.Number
+			var counts map[string]json.RawMessage
 			if err := decodeStrict(raw, &counts); err != nil || counts == nil {
 				return bad(".vgpu-devices", "want a map of vGPU type to count, such as {\"A10-4Q\": 3}")
 			}
@@ -199,8 +199,10 @@ func parseEntry(item map[string]json.RawMessage) (Entry, *ConfigError) {
 				if _, err := ParseTypeName(t); err != nil {
 					return bad(".vgpu-devices."+t, "%v", err)
 				}
-				n, err := strconv.Atoi(counts[t].String())
-				if err != nil || n < 0 {
+				var num json.Number
+				err := decodeStrict(counts[t], &num)
+				n, convErr := strconv.Atoi(num.String())
+				if err != nil || convErr != nil || n < 0 {
 					return bad(".vgpu-devices."+t, "want a count (a whole number, 0 or more), got %s", counts[t])
 				}
 				if n > 0 {

@@ -3,11 +3,13 @@ package vgpu
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 )
 
 const testNode = "node-a"
@@ -71,7 +73,7 @@ func apply(t testing.TB, h *host.Host, cfg *Config, selected string, o Options, 
 // state is every GPU's vGPUs by type and ID, as the host shows them.
 func state(t testing.TB, h *host.Host) map[host.Address][]string {
 	t.Helper()
-	gpus, err := Inventory(h)
+	gpus, err := Inventory(h, nil)
 	require.NoError(t, err)
 	out := map[host.Address][]string{}
 	for _, g := range gpus {
@@ -85,7 +87,7 @@ func state(t testing.TB, h *host.Host) map[host.Address][]string {
 
 func countsOf(t testing.TB, h *host.Host) map[host.Address]map[string]int {
 	t.Helper()
-	gpus, err := Inventory(h)
+	gpus, err := Inventory(h, nil)
 	require.NoError(t, err)
 	out := map[host.Address]map[string]int{}
 	for _, g := range gpus {
@@ -93,3 +95,13 @@ func countsOf(t testing.TB, h *host.Host) map[host.Address]map[string]int {
 	}
 	return out
 }
+
+func podClient(t testing.TB, socket string) *podresources.Client {
+	t.Helper()
+	c, err := podresources.New(socket, 2*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func hostOf(k *hostsim.Kernel) *host.Host { return host.New(k.Options()) }

@@ -67,8 +67,24 @@ type VGPU struct {
 	Parent host.Address // the mdev parent (GPU or VF), or the VF
 }
 
-// Inventory reads every NVIDIA GPU's vGPU state. It changes nothing.
-func Inventory(h *host.Host) ([]*GPU, error) {
+// TypeNamer names the vGPU type ids a GPU supports (NVML's supported vGPU
+// types, for one). Vendor-specific VFIO shows a VF's type only as an id,
+// and creatable_vgpu_types lists names only for what can be created now:
+// on a full card, no list names the ids in use. The catalog names the ids
+// published for its models; a TypeNamer names the rest.
+type TypeNamer interface {
+	TypeNames(gpu host.Address) (map[int]string, error)
+}
+
+// TypeNamesFunc adapts a function to TypeNamer.
+type TypeNamesFunc func(gpu host.Address) (map[int]string, error)
+
+// TypeNames calls f.
+func (f TypeNamesFunc) TypeNames(gpu host.Address) (map[int]string, error) { return f(gpu) }
+
+// Inventory reads every NVIDIA GPU's vGPU state; names may be nil. It
+// changes nothing.
+func Inventory(h *host.Host, names TypeNamer) ([]*GPU, error) {
 	snap, err := h.Scan()
 	if err != nil {
 		return nil, err
@@ -83,7 +99,7 @@ func Inventory(h *host.Host) ([]*GPU, error) {
 			continue
 		}
 		g := &GPU{Index: len(gpus), Address: f.Address, ID: DeviceID{Device: f.Device, Vendor: f.Vendor}, TotalVFs: f.SRIOVTotalVFs, VFs: f.VirtFns}
-		if err := readGPU(h, g, mdevs); err != nil {
+		if err := readGPU(h, g, mdevs, names); err != nil {
 			return nil, fmt.Errorf("%s: %w", g.Describe(), err)
 		}
 		gpus = append(gpus, g)
@@ -92,7 +108,7 @@ func Inventory(h *host.Host) ([]*GPU, error) {
 }
 
 // readGPU decides the backend and reads types and vGPUs.
-func readGPU(h *host.Host, g *GPU, mdevs []host.Mdev) error {
+func readGPU(h *host.Host, g *GPU, mdevs []host.Mdev, namer TypeNamer) error {
 	pfTypes, err := h.MdevTypes(g.Address)
 	if err != nil {
 		return err
@@ -123,7 +139,7 @@ func readGPU(h *host.Host, g *GPU, mdevs []host.Mdev) error {
 			g.Backend = BackendMdevSRIOV
 			return readMdevGPU(g, byParent, mdevs)
 		}
-		return readVendorGPU(h, g)
+		return readVendorGPU(h, g, namer)
 	}
 	g.Backend = BackendNone
 	return nil
@@ -169,7 +185,7 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 	return nil
 }
 
-func readVendorGPU(h *host.Host, g *GPU) error {
+func readVendorGPU(h *host.Host, g *GPU, namer TypeNamer) error {
 	names := map[int]string{}
 	for _, t := range catalogTypes(g.ID.Device) {
 		if id, err := strconv.Atoi(t.ID); err == nil {
@@ -197,6 +213,18 @@ func readVendorGPU(h *host.Host, g *GPU) error {
 		return nil
 	}
 	g.Backend = BackendVendorVFIO
+	for _, id := range current {
+		if _, ok := names[id]; id != 0 && !ok && namer != nil {
+			more, err := namer.TypeNames(g.Address)
+			if err != nil {
+				return fmt.Errorf("name vGPU type %d: %w", id, err)
+			}
+			for id, name := range more {
+				names[id] = host.ShortTypeName(name)
+			}
+			break
+		}
+	}
 	for _, vf := range g.VFs {
 		if id := current[vf]; id != 0 {
 			g.VGPUs = append(g.VGPUs, VGPU{ID: string(vf), Type: names[id], TypeID: strconv.Itoa(id), Parent: vf})

@@ -16,6 +16,9 @@ type Options struct {
 	// Allocated tells which vGPUs pods hold; nil when there is no kubelet
 	// to ask (a host-side run): only open device nodes count then.
 	Allocated Allocated
+	// TypeNames names vendor-VFIO type ids sysfs and the catalog cannot
+	// (NVML on a real node); nil for none.
+	TypeNames TypeNamer
 }
 
 // Op is the kind of a step.
@@ -103,7 +106,7 @@ func PlanConfig(ctx context.Context, h *host.Host, cfg *Config, selected string,
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := Inventory(h)
+	gpus, err := Inventory(h, o.TypeNames)
 	if err != nil {
 		return nil, err
 	}

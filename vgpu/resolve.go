@@ -33,12 +33,15 @@ type resolved struct {
 func resolve(file, config string, entries []Entry, g *GPU) (resolved, error) {
 	r := resolved{entry: -1}
 	var fits, foreign []Entry
+	// Types cannot be known before the VFs of a model the catalog lacks
+	// exist, nor on its full vendor-VFIO card (nothing lists names then).
+	unknown := len(g.Types) == 0 && (g.Backend == BackendSRIOV || g.Backend == BackendVendorVFIO && len(g.VGPUs) > 0)
 	for _, e := range entries {
 		if !e.matches(g.Index, g.ID) {
 			continue
 		}
-		if len(g.Types) == 0 && g.Backend == BackendSRIOV {
-			r.deferred = true
+		if unknown {
+			r.deferred = g.Backend == BackendSRIOV
 			fits = append(fits, e)
 			continue
 		}
@@ -63,7 +66,7 @@ func resolve(file, config string, entries []Entry, g *GPU) (resolved, error) {
 	}
 	e := fits[len(fits)-1]
 	r.managed, r.entry, r.want = true, e.Index, e.VGPUs
-	if r.deferred {
+	if unknown {
 		return r, nil
 	}
 	key := fmt.Sprintf("vgpu-configs.%s[%d].vgpu-devices", config, e.Index)
