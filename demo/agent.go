@@ -1,4 +1,4 @@
-package demo
+package main
 
 import (
 	"context"
@@ -141,10 +141,10 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 			return nil, err
 		}
 		s := &kubevirt.Scanner{Host: a.h, Namer: namer}
-		permitted := a.path("run", "kubevirt-permitted-host-devices.json")
+		permitted := a.path("run", names.PermittedFile)
 		m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: a.path("dp"), SocketPrefix: "sandbox-gpu-kubevirt",
 			Scanner: s, Ready: func() bool { return vfio.IsReady(a.path("run", names.VFIOReadyFile)) },
-			WatchPaths: []string{filepath.Join(a.h.DevRoot(), "vfio"), a.path("run")},
+			WatchPaths: append(a.h.DeviceWatchPaths(), a.path("run")),
 			OnScan: func(res []deviceplugin.Resource) error {
 				return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
 			}, Log: log})
@@ -155,7 +155,7 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		return func() bool { return len(m.Resources()) > 0 && a.advertised(ctx) }, nil
 	case names.Validator:
 		v, err := validator.New(validator.Options{NodeName: a.node, Client: a.cs, VFIOReadyFile: a.path("run", names.VFIOReadyFile),
-			PermittedFile: a.path("run", "kubevirt-permitted-host-devices.json"), Resync: time.Second, Log: log})
+			PermittedFile: a.path("run", names.PermittedFile), Resync: time.Second, Log: log})
 		if err != nil {
 			return nil, err
 		}

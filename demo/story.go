@@ -4,7 +4,7 @@
 // in process on simulated hosts, with a stand-in kubelet that takes the
 // plugin's registration and reports its devices in the Node's status.
 // Every step is checked; Run fails on the first that does not hold.
-package demo
+package main
 
 import (
 	"context"

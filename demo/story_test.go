@@ -1,14 +1,14 @@
-package demo
+package main
 
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,11 +16,8 @@ import (
 // The demo is itself a check of the whole story; here it runs against the
 // same envtest assets as the other suites.
 func TestStory(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)")
-	}
-	root := filepath.Join("..", "..")
+	assets := testutil.EnvtestAssets(t)
+	root := ".."
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -46,6 +47,9 @@ type Options struct {
 	// Resync re-checks without an event (default 1m).
 	Resync time.Duration
 	Log    logr.Logger
+	// Registerer receives the validator's metrics; nil keeps them
+	// unregistered.
+	Registerer prometheus.Registerer
 }
 
 // Report is the validator's view, served on /readyz.
@@ -65,6 +69,36 @@ type Validator struct {
 	// was sent: until the cache moves past it, the cache does not show the
 	// patch yet (and the file changes in bursts).
 	staleRV, sent string
+	metrics       metrics
+}
+
+type metrics struct {
+	ready    prometheus.Gauge
+	problems prometheus.Gauge
+	checks   *prometheus.CounterVec
+	patches  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (metrics, error) {
+	m := metrics{
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_validator_ready",
+			Help: "1 while every check of the node passes."}),
+		problems: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_validator_problems",
+			Help: "Problems found by the last check."}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_validator_checks_total",
+			Help: "Checks by result (ready, not_ready)."}, []string{"result"}),
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_validator_node_patches_total",
+			Help: "Writes to the own Node by result (ok, failed)."}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.ready, m.problems, m.checks, m.patches} {
+		if err := reg.Register(c); err != nil {
+			return m, fmt.Errorf("validator: register metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // New validates the options.
@@ -78,7 +112,11 @@ func New(o Options) (*Validator, error) {
 	if o.Resync <= 0 {
 		o.Resync = time.Minute
 	}
-	return &Validator{o: o, report: Report{Problems: []string{"not checked yet"}}}, nil
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Validator{o: o, report: Report{Problems: []string{"not checked yet"}}, metrics: m}, nil
 }
 
 // Report returns the last result.
@@ -178,6 +216,14 @@ func (v *Validator) check(ctx context.Context) Report {
 	}
 	sort.Strings(problems)
 	r := Report{Ready: len(problems) == 0, Time: time.Now(), Problems: problems}
+	v.metrics.problems.Set(float64(len(problems)))
+	if r.Ready {
+		v.metrics.ready.Set(1)
+		v.metrics.checks.WithLabelValues("ready").Inc()
+	} else {
+		v.metrics.ready.Set(0)
+		v.metrics.checks.WithLabelValues("not_ready").Inc()
+	}
 	v.mu.Lock()
 	changed := fmt.Sprint(v.report.Problems) != fmt.Sprint(r.Problems)
 	v.report = r
@@ -237,8 +283,10 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
 	if _, err := v.o.Client.CoreV1().Nodes().Patch(ctx, v.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		v.metrics.patches.WithLabelValues("failed").Inc()
 		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, names.PermittedAnnotation, err))
 	}
+	v.metrics.patches.WithLabelValues("ok").Inc()
 	v.staleRV, v.sent = node.ResourceVersion, string(compact)
 	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))
 	return problems

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -53,12 +56,13 @@ type fixture struct {
 	ready     string
 	permitted string
 	v         *Validator
+	metrics   *prometheus.Registry
 }
 
 func start(t *testing.T, name string, labels map[string]string) *fixture {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testutil.MissingPeer(t, "%s", skipReason)
 	}
 	cs, err := kubernetes.NewForConfig(testCfg)
 	require.NoError(t, err)
@@ -66,8 +70,10 @@ func start(t *testing.T, name string, labels map[string]string) *fixture {
 	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	dir := t.TempDir()
-	f := &fixture{cs: cs, node: name, ready: filepath.Join(dir, "vfio-manager.ready"), permitted: filepath.Join(dir, "permitted.json")}
-	f.v, err = New(Options{NodeName: name, Client: cs, VFIOReadyFile: f.ready, PermittedFile: f.permitted, Resync: time.Hour, Log: logr.Discard()})
+	f := &fixture{cs: cs, node: name, ready: filepath.Join(dir, "vfio-manager.ready"), permitted: filepath.Join(dir, "permitted.json"),
+		metrics: prometheus.NewRegistry()}
+	f.v, err = New(Options{NodeName: name, Client: cs, VFIOReadyFile: f.ready, PermittedFile: f.permitted, Resync: time.Hour, Log: logr.Discard(),
+		Registerer: f.metrics})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- f.v.Run(ctx) }()
@@ -138,6 +144,12 @@ func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 	writeJSON(t, f.permitted, a10)
 	testutil.Eventually(t, 10*time.Second, "a re-check", func() bool { return f.v.Report().Time.After(before) })
 	require.Equal(t, rv, f.get(t).ResourceVersion, "no write when nothing changed")
+	assert.Equal(t, 1.0, promtest.ToFloat64(f.v.metrics.ready))
+	assert.Equal(t, 0.0, promtest.ToFloat64(f.v.metrics.problems))
+	assert.Equal(t, 1.0, promtest.ToFloat64(f.v.metrics.patches.WithLabelValues("ok")), "one write: the first publication")
+	count, err := promtest.GatherAndCount(f.metrics, "sandbox_gpu_validator_checks_total")
+	require.NoError(t, err)
+	assert.Equal(t, 2, count, "ready and not_ready checks were counted")
 
 	// The plugin's devices change: the annotation follows.
 	one := kubevirtv1.PermittedHostDevices{PciHostDevices: a10.PciHostDevices[:1]}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
@@ -36,7 +34,7 @@ type DaemonOptions struct {
 	// Resync is the period of the safety-net reconcile (default 5m).
 	Resync time.Duration
 	Log    logr.Logger
-	// Registerer receives the daemon's metrics; nil uses a private registry.
+	// Registerer receives the daemon's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 }
 
@@ -48,7 +46,6 @@ type Daemon struct {
 	ready   bool
 	last    *ReadyReport
 	metrics daemonMetrics
-	gather  prometheus.Gatherer
 }
 
 // ReadReadyFile reads a readiness file the daemon wrote (what device
@@ -103,10 +100,7 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 	d := &Daemon{opts: opts}
 	reg := opts.Registerer
 	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, d.gather = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		d.gather = g
+		reg = prometheus.NewRegistry()
 	}
 	d.metrics = daemonMetrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_vfio_reconciles_total",
@@ -283,28 +277,14 @@ func (d *Daemon) clearReady() {
 	d.setReady(&ReadyReport{Time: time.Now(), Error: "stopped"})
 }
 
-// Handler serves /healthz (alive), /readyz (200 when ready, with the last
-// report) and /metrics.
-func (d *Daemon) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		d.mu.Lock()
-		ready, last := d.ready, d.last
-		d.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		if !ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		if last == nil {
-			last = &ReadyReport{Error: "not reconciled yet"}
-		}
-		_ = WriteJSON(w, last)
-	})
-	if d.gather != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(d.gather, promhttp.HandlerOpts{}))
+// Readiness is the daemon's readiness check (the shell serves it on
+// /readyz): ready with the last report, or not ready before the first
+// reconcile and after a failed one.
+func (d *Daemon) Readiness() (bool, any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil {
+		return false, &ReadyReport{Error: "not reconciled yet"}
 	}
-	return mux
+	return d.ready, d.last
 }

@@ -3,15 +3,14 @@ package vfio
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 
@@ -153,31 +152,23 @@ func TestDaemonBadConfigIsNotReady(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func TestDaemonHealthEndpoints(t *testing.T) {
+func TestDaemonReadinessAndMetrics(t *testing.T) {
 	_, h := buildFixture(t, "a10")
-	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Log: logr.Discard()})
+	reg := prometheus.NewRegistry()
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Log: logr.Discard(), Registerer: reg})
 	require.NoError(t, err)
-	srv := httptest.NewServer(d.Handler())
-	defer srv.Close()
-	get := func(path string) (int, string) {
-		resp, err := http.Get(srv.URL + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	code, _ := get("/healthz")
-	assert.Equal(t, http.StatusOK, code)
-	code, _ = get("/readyz")
-	assert.Equal(t, http.StatusServiceUnavailable, code, "not ready before the first reconcile")
+	ok, _ := d.Readiness()
+	assert.False(t, ok, "not ready before the first reconcile")
 	_, err = d.Reconcile(context.Background())
 	require.NoError(t, err)
-	code, body := get("/readyz")
-	assert.Equal(t, http.StatusOK, code)
-	assert.Contains(t, body, "0000:3b:00.0")
-	_, body = get("/metrics")
-	assert.Contains(t, body, "sandbox_gpu_vfio_ready 1")
-	assert.Contains(t, body, `sandbox_gpu_vfio_functions{state="vfio"} 1`)
+	ok, detail := d.Readiness()
+	assert.True(t, ok)
+	assert.Equal(t, []string{"0000:3b:00.0"}, detail.(*ReadyReport).VFIO)
+	assert.Equal(t, 1.0, promtest.ToFloat64(d.metrics.ready))
+	n, err := promtest.GatherAndCount(reg, "sandbox_gpu_vfio_functions")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	assert.Equal(t, 1.0, promtest.ToFloat64(d.metrics.functions.WithLabelValues("vfio")))
 }
 
 func TestDesiredRejectsConflicts(t *testing.T) {

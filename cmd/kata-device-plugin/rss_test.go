@@ -9,5 +9,5 @@ import (
 // BenchmarkRSS: the plugin's resident memory on the simulated HGX host once
 // registered (target: at most 20 MiB).
 func BenchmarkRSS(b *testing.B) {
-	kubelettest.BenchmarkRSS(b, "nvidia.com/pgpu", "--simulate", "hgx-h100", "--cdi-dir", b.TempDir())
+	kubelettest.BenchmarkRSS(b, "nvidia.com/pgpu", "hgx-h100", "--cdi-dir", b.TempDir())
 }

@@ -10,5 +10,5 @@ import (
 // registered (target: at most 20 MiB).
 func BenchmarkRSS(b *testing.B) {
 	dir := b.TempDir()
-	kubelettest.BenchmarkRSS(b, "nvidia.com/GH100_H100_SXM5_80GB", "--simulate", "hgx-h100", "--permitted-host-devices-file", dir+"/permitted.json")
+	kubelettest.BenchmarkRSS(b, "nvidia.com/GH100_H100_SXM5_80GB", "hgx-h100", "--permitted-host-devices-file", dir+"/permitted.json")
 }

@@ -4,40 +4,56 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync/atomic"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/operator"
 )
 
-func main() {
-	var o options
-	fs := flag.NewFlagSet("sandbox-gpu-operator", flag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-	fs.StringVar(&o.namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
-	fs.StringVar(&o.registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
-	fs.StringVar(&o.version, "operand-version", "v0.1.0", "tag of the default operand images")
-	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader among operator replicas")
-	fs.Float64Var(&o.qps, "kube-api-qps", 100, "API requests per second (client-side limit)")
-	fs.IntVar(&o.burst, "kube-api-burst", 200, "API request burst (client-side limit)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "metrics address (0: off)")
-	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "health probe address (0: off)")
-	if err := cliflags.Parse(fs, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "sandbox-gpu-operator:", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-gpu-operator:", err)
-		os.Exit(1)
-	}
+func main() { os.Exit(shell.Main(program())) }
+
+func program() *shell.Program {
+	var kubeconfig string
+	var qps float64
+	var burst int
+	o := operator.Options{MetricsAddr: "0", HealthAddr: "0"} // served by the shell's listener
+	return &shell.Program{Name: "sandbox-gpu-operator",
+		Summary: "runs the sandbox GPU operator: per-node workload configs, operand DaemonSets and safe transitions",
+		Commands: []*shell.Command{{Listen: true, HealthAddr: ":8081", Daemon: true,
+			Flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+				fs.StringVar(&o.Namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
+				fs.StringVar(&o.Registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
+				fs.StringVar(&o.Version, "operand-version", "v0.1.0", "tag of the default operand images")
+				fs.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among operator replicas")
+				fs.Float64Var(&qps, "kube-api-qps", 100, "API requests per second (client-side limit)")
+				fs.IntVar(&burst, "kube-api-burst", 200, "API request burst (client-side limit)")
+			},
+			Run: func(ctx context.Context, env *shell.Env) error {
+				ctrl.SetLogger(env.Log)
+				rules := clientcmd.NewDefaultClientConfigLoadingRules()
+				rules.ExplicitPath = kubeconfig
+				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+				if err != nil {
+					return fmt.Errorf("kubeconfig: %w", err)
+				}
+				cfg.QPS, cfg.Burst = float32(qps), burst
+				mgr, err := operator.NewManager(cfg, o)
+				if err != nil {
+					return err
+				}
+				env.ServeMetricsFrom(ctrlmetrics.Registry)
+				var synced atomic.Bool
+				env.AddReady("caches", func() (bool, any) { return synced.Load(), map[string]bool{"synced": synced.Load()} })
+				go func() { synced.Store(mgr.GetCache().WaitForCacheSync(ctx)) }()
+				env.Log.Info("Starting sandbox-gpu-operator", "namespace", o.Namespace, "leaderElect", o.LeaderElection)
+				return mgr.Start(ctx)
+			}}}}
 }

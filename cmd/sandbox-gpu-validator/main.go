@@ -5,44 +5,51 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/cliflags"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/validator"
 )
 
-func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME")}
-	fs := flag.NewFlagSet("sandbox-gpu-validator", flag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-	fs.StringVar(&o.nodeName, "node-name", o.nodeName, "this node (default $NODE_NAME)")
-	fs.StringVar(&o.vfioReady, "vfio-ready-file", "/run/sandbox-gpu/vfio-manager.ready", "the VFIO manager's readiness file")
-	fs.StringVar(&o.permitted, "permitted-host-devices-file", "/run/sandbox-gpu/kubevirt-permitted-host-devices.json", "the KubeVirt device plugin's permittedHostDevices file")
-	fs.StringVar(&o.healthAddr, "health-addr", ":8082", "address of /healthz and /readyz (empty: off)")
-	fs.DurationVar(&o.resync, "resync", time.Minute, "re-check this often without an event")
-	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
-	// Host roots every node binary takes (contracts.md); the validator reads
-	// host paths only through the file flags above.
-	fs.String("sysfs-root", "/sys", "sysfs root (unused)")
-	fs.String("dev-root", "/dev", "dev root (unused)")
-	fs.String("proc-root", "/proc", "proc root (unused)")
-	if err := cliflags.Parse(fs, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "sandbox-gpu-validator:", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-gpu-validator:", err)
-		os.Exit(1)
-	}
+func main() { os.Exit(shell.Main(program())) }
+
+func program() *shell.Program {
+	var kubeconfig string
+	o := validator.Options{NodeName: os.Getenv("NODE_NAME")}
+	return &shell.Program{Name: "sandbox-gpu-validator",
+		Summary: "checks a sandbox GPU node's operands and publishes the KubeVirt device plugin's permittedHostDevices on its own Node",
+		Commands: []*shell.Command{{Roots: true, Listen: true, HealthAddr: ":8082", Daemon: true,
+			Flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+				fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
+				fs.StringVar(&o.VFIOReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
+				fs.StringVar(&o.PermittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "the KubeVirt device plugin's permittedHostDevices file")
+				fs.DurationVar(&o.Resync, "resync", time.Minute, "re-check this often without an event")
+			},
+			Run: func(ctx context.Context, env *shell.Env) error {
+				rules := clientcmd.NewDefaultClientConfigLoadingRules()
+				rules.ExplicitPath = kubeconfig
+				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+				if err != nil {
+					return fmt.Errorf("kubeconfig: %w", err)
+				}
+				if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+					return fmt.Errorf("client: %w", err)
+				}
+				o.Log, o.Registerer = env.Log, env.Metrics
+				v, err := validator.New(o)
+				if err != nil {
+					return err
+				}
+				env.AddReady("validator", func() (bool, any) { r := v.Report(); return r.Ready, r })
+				env.Log.Info("Validating", "node", o.NodeName)
+				return v.Run(ctx)
+			}}}}
 }

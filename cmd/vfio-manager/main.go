@@ -3,22 +3,10 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil && !errors.Is(err, cli.ErrRefused) {
-		fmt.Fprintln(os.Stderr, "vfio-manager:", err)
-	}
-	os.Exit(cli.ExitCode(err))
-}
+func main() { os.Exit(shell.Main(cli.Program())) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -45,6 +46,9 @@ type Options struct {
 	// permittedHostDevices writers).
 	OnScan func([]Resource) error
 	Log    logr.Logger
+	// Registerer receives the plugin's metrics (devices by health,
+	// allocations, registrations); nil keeps them unregistered.
+	Registerer prometheus.Registerer
 }
 
 // Manager runs one server per resource and keeps them registered.
@@ -56,6 +60,7 @@ type Manager struct {
 	scans    int
 	attempts int
 	retry    chan struct{} // asks Run to retry registrations soon
+	metrics  *metrics
 }
 
 // NewManager validates the options.
@@ -69,7 +74,13 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 20 * time.Millisecond
 	}
-	return &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1)}, nil
+	m := &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1), metrics: newMetrics()}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(collector{m}); err != nil {
+			return nil, fmt.Errorf("deviceplugin: register metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // SocketPath is where the server of a resource listens.
@@ -257,7 +268,7 @@ func (m *Manager) server(name string) (*server, bool) {
 	if s, ok := m.servers[name]; ok {
 		return s, false
 	}
-	s := newServer(name, m.SocketPath(name))
+	s := newServer(name, m.SocketPath(name), m.metrics.allocations)
 	m.servers[name] = s
 	return s, true
 }
@@ -338,6 +349,7 @@ func (m *Manager) register(ctx context.Context, s *server) bool {
 		return true
 	}
 	err := Register(ctx, filepath.Join(m.opts.Dir, KubeletSocketName), s.name, filepath.Base(s.socket))
+	m.metrics.registrations.WithLabelValues(s.name, result(err == nil, "ok", "failed")).Inc()
 	if err != nil {
 		m.opts.Log.Info("Kubelet registration pending", "resource", s.name, "reason", err.Error())
 		return false

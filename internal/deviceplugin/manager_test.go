@@ -2,12 +2,17 @@ package deviceplugin
 
 import (
 	"context"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -59,6 +64,7 @@ type harness struct {
 	kubelet *kubelettest.Stub
 	cancel  context.CancelFunc
 	done    chan error
+	metrics *prometheus.Registry
 }
 
 func start(t *testing.T, ready func() bool, devs ...Device) *harness {
@@ -66,11 +72,11 @@ func start(t *testing.T, ready func() bool, devs ...Device) *harness {
 	dir := kubelettest.ShortDir(t)
 	watch := filepath.Join(dir, "watch")
 	require.NoError(t, os.Mkdir(watch, 0o755))
-	h := &harness{host: &fakeHost{devices: devs, dir: watch}, done: make(chan error, 1)}
+	h := &harness{host: &fakeHost{devices: devs, dir: watch}, done: make(chan error, 1), metrics: prometheus.NewRegistry()}
 	h.kubelet = kubelettest.Start(t, dir)
 	var err error
 	h.m, err = NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: h.host, WatchPaths: []string{watch},
-		Rescan: time.Hour, Ready: ready, Log: logr.Discard()})
+		Rescan: time.Hour, Ready: ready, Log: logr.Discard(), Registerer: h.metrics})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -358,4 +364,43 @@ func runManager(t *testing.T, m *Manager) {
 		cancel()
 		require.NoError(t, <-done)
 	})
+}
+
+// TestMetrics: devices by health, allocations and registrations, as
+// /metrics shows them.
+func TestMetrics(t *testing.T) {
+	h := start(t, nil, dev("12", 0), dev("13", 0))
+	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
+	require.NoError(t, err)
+	c := h.kubelet.Dial(t, reg.Endpoint)
+	_, err = c.Allocate(ctxT(t), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"12"}}}})
+	require.NoError(t, err)
+	_, err = c.Allocate(ctxT(t), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"99"}}}})
+	require.Error(t, err)
+	h.host.set(t, dev("12", 0))
+	eventually(t, "13 turns unhealthy", func() bool {
+		return promtest.CollectAndCount(collector{h.m}, "sandbox_gpu_device_plugin_devices") == 2 &&
+			strings.Contains(gathered(t, h.metrics), `sandbox_gpu_device_plugin_devices{health="unhealthy",resource="example.com/gpu"} 1`)
+	})
+	out := gathered(t, h.metrics)
+	for _, want := range []string{
+		`sandbox_gpu_device_plugin_devices{health="healthy",resource="example.com/gpu"} 1`,
+		`sandbox_gpu_device_plugin_allocations_total{resource="example.com/gpu",result="ok"} 1`,
+		`sandbox_gpu_device_plugin_allocations_total{resource="example.com/gpu",result="refused"} 1`,
+		`sandbox_gpu_device_plugin_registrations_total{resource="example.com/gpu",result="ok"} 1`,
+	} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func gathered(t *testing.T, g prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, mf := range mfs {
+		_, err := expfmt.MetricFamilyToText(&b, mf)
+		require.NoError(t, err)
+	}
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,7 @@ type server struct {
 	gen      int          // listener generation, bumped by every start
 	regKey   string       // kubelet instance and generation last registered with
 	streams  atomic.Int32 // open ListAndWatch streams
+	allocs   *prometheus.CounterVec
 }
 
 type entry struct {
@@ -40,8 +42,22 @@ type entry struct {
 	healthy bool
 }
 
-func newServer(name, socket string) *server {
-	return &server{name: name, socket: socket, devices: map[string]*entry{}, changed: make(chan struct{})}
+func newServer(name, socket string, allocs *prometheus.CounterVec) *server {
+	return &server{name: name, socket: socket, devices: map[string]*entry{}, changed: make(chan struct{}), allocs: allocs}
+}
+
+// counts returns how many devices are healthy and unhealthy.
+func (s *server) counts() (healthy, unhealthy int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.devices {
+		if e.healthy {
+			healthy++
+		} else {
+			unhealthy++
+		}
+	}
+	return healthy, unhealthy
 }
 
 // update replaces the device set with a scan's result and wakes the
@@ -178,6 +194,7 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
 	for _, creq := range req.ContainerRequests {
 		devs, allocate, err := s.lookup(creq.DevicesIds)
+		s.allocs.WithLabelValues(s.name, result(err == nil, "ok", "refused")).Inc()
 		if err != nil {
 			return nil, err
 		}

@@ -3,54 +3,63 @@ package plugincmd
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 )
 
-func parse(t *testing.T, args ...string) (*Common, string, error) {
+// parse runs a plugin program whose run only records what it got.
+func parse(t *testing.T, args ...string) (*Common, *host.Host, int, string) {
 	t.Helper()
 	var c Common
-	fs := flag.NewFlagSet("test-plugin", flag.ContinueOnError)
-	c.Register(fs)
+	var got *host.Host
+	p := &shell.Program{Name: "test-plugin", Summary: "tests.", Commands: []*shell.Command{
+		Command(&c, nil, func(_ context.Context, _ *shell.Env, h *host.Host) error { got = h; return nil })}}
 	var out bytes.Buffer
-	err := Parse(fs, args, &out)
-	return &c, out.String(), err
+	code := shell.Run(context.Background(), p, args, shell.IO{Stdout: &out, Stderr: &out})
+	return &c, got, code, out.String()
 }
 
-func TestParse(t *testing.T) {
-	_, out, err := parse(t, "--help")
-	require.True(t, errors.Is(err, ErrHelp))
-	assert.Contains(t, out, "-device-plugin-dir")
-	assert.Contains(t, out, "-wait-vfio-ready")
-
-	c, _, err := parse(t, "--device-plugin-dir", "/x", "--wait-vfio-ready=false", "--pci-ids", "/p")
-	require.NoError(t, err)
+func TestFlags(t *testing.T) {
+	_, _, code, out := parse(t, "--help")
+	require.Equal(t, 0, code)
+	for _, f := range []string{"-device-plugin-dir", "-wait-vfio-ready", "-sysfs-root", "-health-addr", "-pci-ids"} {
+		assert.Contains(t, out, f)
+	}
+	c, h, code, out := parse(t, "--device-plugin-dir", "/x", "--wait-vfio-ready=false", "--pci-ids", "/p", "--sysfs-root", "/s", "--modules-dir", "/m")
+	require.Equal(t, 0, code, out)
 	assert.Equal(t, "/x", c.DevicePluginDir)
 	assert.False(t, c.WaitReady)
 	assert.Nil(t, c.Ready(), "no gate when waiting is off")
-
-	_, _, err = parse(t, "--nope")
-	require.Error(t, err)
-	_, _, err = parse(t, "stray")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "stray")
-
-	c, _, err = parse(t)
+	assert.Equal(t, "/s", h.SysfsRoot())
+	dir, err := h.ModulesDir()
 	require.NoError(t, err)
+	assert.Equal(t, "/m", dir)
+
+	_, _, code, _ = parse(t, "--nope")
+	assert.Equal(t, 1, code)
+	_, _, code, out = parse(t, "stray")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "stray")
+
+	c, _, code, _ = parse(t)
+	require.Equal(t, 0, code)
 	assert.Equal(t, "/var/lib/kubelet/device-plugins", c.DevicePluginDir)
+	assert.Equal(t, "/run/sandbox-gpu/vfio-manager.ready", c.ReadyFile)
 	assert.True(t, c.WaitReady)
 }
 
 func TestReadyGateReadsTheVFIOManagersFile(t *testing.T) {
 	dir := t.TempDir()
-	c, _, err := parse(t, "--vfio-ready-file", filepath.Join(dir, "vfio-manager.ready"))
-	require.NoError(t, err)
+	c, _, code, _ := parse(t, "--vfio-ready-file", filepath.Join(dir, "vfio-manager.ready"))
+	require.Equal(t, 0, code)
 	ready := c.Ready()
 	require.NotNil(t, ready)
 	assert.False(t, ready(), "no file: not ready")
@@ -62,24 +71,17 @@ func TestReadyGateReadsTheVFIOManagersFile(t *testing.T) {
 	assert.True(t, ready())
 }
 
-func TestSimulatedHostIsBoundAndWatched(t *testing.T) {
-	c, _, err := parse(t, "--simulate", "a10")
-	require.NoError(t, err)
-	h, cleanup, err := c.Host(context.Background())
-	require.NoError(t, err)
-	defer cleanup()
-	f, err := h.ReadFunction("0000:3b:00.0")
-	require.NoError(t, err)
-	assert.Equal(t, "vfio-pci", f.Driver, "the demo host has its GPUs on vfio-pci")
-	assert.False(t, c.WaitReady, "nothing to wait for on a simulated host")
+// TestWatchPathsComeFromTheHostModel: the device folders are the host
+// model's; the readiness file's folder is added while waiting for it.
+func TestWatchPathsComeFromTheHostModel(t *testing.T) {
+	k, h := hostsim.NewHost(t, "gh200")
+	c := &Common{WaitReady: true, ReadyFile: "/run/x/vfio-manager.ready"}
 	paths := c.WatchPaths(h)
-	assert.Contains(t, paths, filepath.Join(h.DevRoot(), "vfio"))
-	assert.Contains(t, paths, filepath.Join(h.SysfsRoot(), "bus", "pci", "drivers", "vfio-pci"))
-
-	_, _, err = parse(t, "--simulate", "nope")
-	require.NoError(t, err)
-	c2, _, _ := parse(t, "--simulate", "nope")
-	_, _, err = c2.Host(context.Background())
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "nope")
+	root := k.Root()
+	assert.Contains(t, paths, filepath.Join(root, "dev", "vfio"))
+	assert.Contains(t, paths, filepath.Join(root, "sys", "bus", "pci", "drivers", "vfio-pci"))
+	assert.Contains(t, paths, filepath.Join(root, "sys", "bus", "mdev", "devices"))
+	assert.Contains(t, paths, "/run/x")
+	c.WaitReady = false
+	assert.NotContains(t, c.WatchPaths(h), "/run/x")
 }

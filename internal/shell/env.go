@@ -18,12 +18,20 @@ type Env struct {
 	Roots Roots
 	// Metrics is served on /metrics; the Go and process collectors are in.
 	Metrics *prometheus.Registry
+	// Args are the positional arguments (commands with Args).
+	Args []string
 
 	verbosity  verbosity
 	sim        *host.Options
 	health     *health
 	listenAddr string
+	gatherer   prometheus.Gatherer
 }
+
+// ServeMetricsFrom makes /metrics serve g instead of Metrics: the operator
+// serves controller-runtime's registry, which has the Go and process
+// collectors already.
+func (e *Env) ServeMetricsFrom(g prometheus.Gatherer) { e.gatherer = g }
 
 // ListenAddr is the address the health listener is bound to ("" when off).
 func (e *Env) ListenAddr() string { return e.listenAddr }

@@ -13,7 +13,7 @@ import (
 
 // parse parses args; -h/--help prints the usage to stdout (so that --help
 // exits 0, as the contract wants) and returns errHelp.
-func parse(fs *flag.FlagSet, args []string, stdout io.Writer, header string) error {
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer, header string, positional bool) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -26,7 +26,7 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer, header string) err
 	if err != nil {
 		return Usagef("%s: %v (see --help)", fs.Name(), err)
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && !positional {
 		return Usagef("%s: unexpected argument %q (see --help)", fs.Name(), fs.Arg(0))
 	}
 	return nil
@@ -36,7 +36,7 @@ func (p *Program) usage() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\nUsage:\n", p.Name, p.Summary)
 	for _, c := range p.Commands {
-		line := strings.TrimSpace(strings.Join([]string{p.Name, c.Name, c.Synopsis}, " "))
+		line := strings.TrimSpace(strings.Join([]string{p.Name, c.Name, c.Synopsis, c.Args}, " "))
 		fmt.Fprintf(&b, "  %s\n", strings.Join(strings.Fields(line), " "))
 	}
 	if len(p.Commands) > 1 || p.Commands[0].Name != "" {
@@ -56,7 +56,7 @@ func (c *Command) usageHeader(p *Program) string {
 	if summary == "" {
 		summary = p.Summary
 	}
-	line := strings.Join(strings.Fields(strings.Join([]string{p.Name, c.Name, c.Synopsis}, " ")), " ")
+	line := strings.Join(strings.Fields(strings.Join([]string{p.Name, c.Name, c.Synopsis, c.Args}, " ")), " ")
 	return fmt.Sprintf("Usage of %s %s: %s\n  %s\n", p.Name, c.Name, summary, line)
 }
 

@@ -68,7 +68,13 @@ func (e *Env) Handler() http.Handler {
 		ok, details := e.health.result(&e.health.ready)
 		answer(w, r, ok, "ok", "not ready", details)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(e.Metrics, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var g prometheus.Gatherer = e.Metrics
+		if e.gatherer != nil {
+			g = e.gatherer
+		}
+		promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	}))
 	return mux
 }
 

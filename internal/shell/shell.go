@@ -39,10 +39,15 @@ type Command struct {
 	Summary  string
 	// Roots registers --sysfs-root, --dev-root and --proc-root.
 	Roots bool
-	// HealthAddr, when set, registers --health-addr with this default: the
+	// Listen registers --health-addr, with HealthAddr as its default: the
 	// listener serving /healthz, /readyz and /metrics ("" turns it off).
+	Listen     bool
 	HealthAddr string
-	// Daemon commands log their final error as JSON; others print it.
+	// Args, when set, names the positional arguments the command takes
+	// (they end up in Env.Args); without it any is bad usage.
+	Args string
+	// Daemon commands log their final error as JSON; others print it (and
+	// so do daemons, for bad usage).
 	Daemon bool
 	// Flags registers the command's own flags.
 	Flags func(fs *flag.FlagSet)
@@ -123,15 +128,16 @@ func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) 
 	if c.Roots {
 		env.Roots.register(fs)
 	}
-	if c.HealthAddr != "" {
+	if c.Listen {
 		fs.StringVar(&healthAddr, "health-addr", c.HealthAddr, "address of /healthz, /readyz and /metrics (empty: none)")
 	}
 	if c.Flags != nil {
 		c.Flags(fs)
 	}
-	if err := parse(fs, args, o.Stdout, c.usageHeader(p)); err != nil {
+	if err := parse(fs, args, o.Stdout, c.usageHeader(p), c.Args != ""); err != nil {
 		return err
 	}
+	env.Args = fs.Args()
 	env.Log = newLogger(o.Stderr, int(env.verbosity), p.Name)
 	env.health = &health{}
 	env.Metrics = newRegistry()
@@ -143,7 +149,8 @@ func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) 
 		defer stop()
 	}
 	err := c.Run(ctx, env)
-	if err != nil && c.Daemon && ExitCode(err) != 0 {
+	var usage *UsageError
+	if err != nil && c.Daemon && ExitCode(err) != 0 && !errors.As(err, &usage) {
 		env.Log.Error(err, "Stopped")
 		return logged{err}
 	}

@@ -155,7 +155,7 @@ func TestHealthDetailsStayOnTheHost(t *testing.T) {
 
 func TestListener(t *testing.T) {
 	var body string
-	p := &Program{Name: "d", Summary: "a daemon.", Commands: []*Command{{HealthAddr: ":0", Daemon: true,
+	p := &Program{Name: "d", Summary: "a daemon.", Commands: []*Command{{Listen: true, HealthAddr: ":0", Daemon: true,
 		Run: func(_ context.Context, env *Env) error {
 			env.AddReady("x", func() (bool, any) { return true, "fine" })
 			resp, err := http.Get("http://" + env.ListenAddr() + "/readyz")

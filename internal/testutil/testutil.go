@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,4 +37,34 @@ func BuildBinary(tb testing.TB, pkg string, env ...string) string {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
+}
+
+// SkipMissingPeersEnv, set to 1 outside CI, lets a developer skip the
+// suites whose real peers (kube-apiserver and etcd, QEMU and a kernel,
+// containerd, the one-node cluster) are not installed here. CI (CI=true)
+// and `make test` never skip: a missing peer fails the run with how to
+// install it.
+const SkipMissingPeersEnv = "SANDBOX_GPU_SKIP_MISSING_PEERS"
+
+// MissingPeer reports a peer the test needs that is not here: it fails the
+// test with the message (which says how to install the peer), or skips it
+// when SkipMissingPeersEnv=1 is set outside CI.
+func MissingPeer(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv(SkipMissingPeersEnv) == "1" && os.Getenv("CI") != "true" {
+		tb.Skipf("%s (%s=1)", msg, SkipMissingPeersEnv)
+	}
+	tb.Fatalf("%s (outside CI, %s=1 skips instead)", msg, SkipMissingPeersEnv)
+}
+
+// EnvtestAssets returns KUBEBUILDER_ASSETS, or reports the missing
+// kube-apiserver and etcd through MissingPeer.
+func EnvtestAssets(tb testing.TB) string {
+	tb.Helper()
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		MissingPeer(tb, "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does; it builds kube-apiserver and etcd from the Go module proxy)")
+	}
+	return dir
 }

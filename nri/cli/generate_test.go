@@ -1,9 +1,6 @@
-package main
+package cli
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -14,52 +11,50 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
 )
 
-func TestGenerateFlagsLibAndBinDirs(t *testing.T) {
-	var out bytes.Buffer
-	c, err := parseGenerateFlags(nil, &out)
-	require.NoError(t, err)
-	assert.Equal(t, gpucdi.DefaultLibDirs(), c.opts.LibDirs)
-	assert.Equal(t, gpucdi.DefaultBinDirs(), c.opts.BinDirs)
-	assert.Equal(t, []string{"/etc/cdi", "/var/run/cdi"}, c.others)
+func parseGenerate(t *testing.T, args ...string) generateConfig {
+	t.Helper()
+	var c generateConfig
+	fs := flag.NewFlagSet("generate-cdi", flag.ContinueOnError)
+	generateFlags(fs, &c)
+	require.NoError(t, fs.Parse(args))
+	return c
+}
 
-	c, err = parseGenerateFlags([]string{
-		"--lib-dir", "/opt/nvidia/lib", "--lib-dir", "/usr/lib32",
+func TestGenerateFlagsLibAndBinDirs(t *testing.T) {
+	c := parseGenerate(t)
+	assert.Equal(t, gpucdi.DefaultLibDirs(), c.libDirs.vals)
+	assert.Equal(t, gpucdi.DefaultBinDirs(), c.binDirs.vals)
+	assert.Equal(t, []string{"/etc/cdi", "/var/run/cdi"}, c.others.vals)
+
+	c = parseGenerate(t, "--lib-dir", "/opt/nvidia/lib", "--lib-dir", "/usr/lib32",
 		"--bin-dir", "/opt/nvidia/bin",
-		"--driver-root", "/run/nvidia/driver", "--cdi-dir", "/tmp/cdi",
-	}, &out)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"/opt/nvidia/lib", "/usr/lib32"}, c.opts.LibDirs, "the first use replaces the defaults")
-	assert.Equal(t, []string{"/opt/nvidia/bin"}, c.opts.BinDirs)
+		"--driver-root", "/run/nvidia/driver", "--cdi-dir", "/tmp/cdi")
+	assert.Equal(t, []string{"/opt/nvidia/lib", "/usr/lib32"}, c.libDirs.vals, "the first use replaces the defaults")
+	assert.Equal(t, []string{"/opt/nvidia/bin"}, c.binDirs.vals)
 	assert.Equal(t, "/run/nvidia/driver", c.opts.DriverRoot)
 	assert.Equal(t, "/tmp/cdi", c.dir)
 
-	_, err = parseGenerateFlags([]string{"--lib-dir", ""}, &out)
-	require.Error(t, err)
+	code, _ := runPlugin(t, "generate-cdi", "--lib-dir", "")
+	assert.Equal(t, 1, code)
 
-	out.Reset()
-	err = mainErr(context.Background(), []string{"generate-cdi", "--help"}, &out, &out)
-	require.True(t, errors.Is(err, flag.ErrHelp))
-	for _, f := range []string{"-lib-dir", "-bin-dir", "-driver-root", "-check-cdi-dir"} {
-		assert.Contains(t, out.String(), f)
+	code, out := runPlugin(t, "generate-cdi", "--help")
+	require.Equal(t, 0, code)
+	for _, f := range []string{"-lib-dir", "-bin-dir", "-driver-root", "-check-cdi-dir", "-dev-root", "-proc-root"} {
+		assert.Contains(t, out, f)
 	}
 }
 
 func TestGenerateSearchesTheLibDirs(t *testing.T) {
 	root := t.TempDir()
-	var out bytes.Buffer
-	err := mainErr(context.Background(), []string{
-		"generate-cdi", "--cdi-dir", t.TempDir(), "--check-cdi-dir", t.TempDir(), "--driver-root", root,
-		"--lib-dir", "/opt/a", "--lib-dir", "/opt/b",
-	}, &out, &out)
-	require.Error(t, err)
+	code, out := runPlugin(t, "generate-cdi", "--cdi-dir", t.TempDir(), "--check-cdi-dir", t.TempDir(), "--driver-root", root,
+		"--lib-dir", "/opt/a", "--lib-dir", "/opt/b")
+	require.Equal(t, 1, code)
 	if !withCGO {
-		require.ErrorContains(t, err, "built without cgo")
+		require.Contains(t, out, "built without cgo")
 		return
 	}
-	require.ErrorContains(t, err, "libnvidia-ml.so.1 not found under driver root "+root+" (searched /opt/a, /opt/b)")
+	require.Contains(t, out, "libnvidia-ml.so.1 not found under driver root "+root+" (searched /opt/a, /opt/b)")
 
-	err = mainErr(context.Background(), []string{
-		"generate-cdi", "--cdi-dir", t.TempDir(), "--check-cdi-dir", t.TempDir(), "--driver-root", root,
-	}, &out, &out)
-	require.ErrorContains(t, err, "(searched "+strings.Join(gpucdi.DefaultLibDirs(), ", ")+")")
+	_, out = runPlugin(t, "generate-cdi", "--cdi-dir", t.TempDir(), "--check-cdi-dir", t.TempDir(), "--driver-root", root)
+	require.Contains(t, out, "(searched "+strings.Join(gpucdi.DefaultLibDirs(), ", ")+")")
 }

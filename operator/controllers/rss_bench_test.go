@@ -44,7 +44,7 @@ func BenchmarkOperatorRSS(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var logs bytes.Buffer
-		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-addr=0", "--health-addr=0")
+		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--health-addr=")
 		cmd.Stderr = &logs
 		start := time.Now()
 		if err := cmd.Start(); err != nil {

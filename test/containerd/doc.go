@@ -5,6 +5,5 @@
 // character devices made with the numbers of /dev/null, /dev/zero and /dev/full.
 //
 // containerd, its runc shim, ctr, runc and the image come from hack/fetch-containerd.sh; without them
-// the suite skips (fails with SANDBOX_GPU_REQUIRE_CONTAINERD=1). It needs root. The plugin tests skip
-// while the checkout has no cmd/nri-gpu-plugin.
+// the suite fails (testutil.MissingPeer) with how to install them. It needs root.
 package containerd

@@ -7,13 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 const (
-	// requireEnv makes missing containerd, runc or image a failure instead of a skip (CI sets it, so
-	// the suite cannot silently vanish).
-	requireEnv = "SANDBOX_GPU_REQUIRE_CONTAINERD"
 	// dirEnv overrides where hack/fetch-containerd.sh put its results (default <repo>/.cache/containerd).
 	dirEnv    = "SANDBOX_GPU_CONTAINERD_DIR"
 	fetchHint = "run hack/fetch-containerd.sh (as root) to install runc and busybox-static, build containerd " +
@@ -44,7 +42,7 @@ type hostEnv struct {
 func requireHostEnv(t *testing.T) hostEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("the containerd suite runs containers: it needs root")
+		testutil.MissingPeer(t, "the containerd suite runs containers: it needs root (run make test as root)")
 	}
 	root, err := e2e.RepoRoot()
 	if err != nil {
@@ -71,10 +69,7 @@ func requireHostEnv(t *testing.T) hostEnv {
 
 func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv(requireEnv) == "1" {
-		t.Fatalf(format+" ("+requireEnv+"=1)", args...)
-	}
-	t.Skipf(format, args...)
+	testutil.MissingPeer(t, format, args...)
 }
 
 // shortDir is a new folder for unix sockets, removed after the test: shim sockets are

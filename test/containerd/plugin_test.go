@@ -80,7 +80,7 @@ func pluginBinary(t *testing.T) string {
 	start := time.Now()
 	bin, err := builtPlugin()
 	if errors.Is(err, errNoPlugin) {
-		t.Skipf("skipping the NRI plugin tests: %v", err)
+		t.Fatalf("the NRI plugin tests need the plugin's sources: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("building the NRI plugin: %v", err)

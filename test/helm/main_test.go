@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -95,6 +96,6 @@ func connect(env *envtest.Environment) error {
 func requireEnv(t *testing.T) {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testutil.MissingPeer(t, "%s", skipReason)
 	}
 }

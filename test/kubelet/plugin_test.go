@@ -75,7 +75,7 @@ func pluginBinary(t *testing.T, name string) string {
 	t.Helper()
 	dir, err := builtPlugins()
 	if errors.Is(err, errNoPlugins) {
-		t.Skipf("skipping the kubelet device-manager suite: %v", err)
+		t.Fatalf("the kubelet device-manager suite needs the plugins' sources: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("building the device plugins: %v", err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
@@ -195,14 +196,9 @@ func moduleName(path string) string {
 	return strings.ReplaceAll(base, "-", "_")
 }
 
-// requireEnv makes a missing QEMU or kernel a failure instead of a skip
-// (CI sets it, so the proof cannot silently vanish).
-const requireEnv = "SANDBOX_GPU_REQUIRE_REAL_KERNEL"
-
+// skipOrFail reports a missing QEMU or kernel: a failure, so the proof
+// cannot silently vanish (testutil.MissingPeer).
 func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv(requireEnv) == "1" {
-		t.Fatalf(format+" ("+requireEnv+"=1)", args...)
-	}
-	t.Skipf(format, args...)
+	testutil.MissingPeer(t, format, args...)
 }

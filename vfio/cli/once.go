@@ -2,31 +2,33 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"io"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
-func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) error {
+// onceCommand is status, plan, bind or unbind: one scan, one report.
+func onceCommand(name, synopsis, summary string) *shell.Command {
 	var c common
 	var to string
 	var sequential bool
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	c.register(fs, cmd != "status")
-	if cmd == "plan" {
-		fs.StringVar(&to, "to", "vfio", "target: vfio or host")
-	}
-	if cmd == "bind" || cmd == "unbind" {
-		fs.BoolVar(&sequential, "sequential", false, "apply IOMMU groups one after the other")
-	}
-	if err := parse(fs, args, stdout); err != nil {
-		if errors.Is(err, errHelp) {
-			return nil
-		}
-		return err
-	}
+	return &shell.Command{Name: name, Synopsis: synopsis, Summary: summary, Roots: true,
+		Flags: func(fs *flag.FlagSet) {
+			c.register(fs, name != "status")
+			if name == "plan" {
+				fs.StringVar(&to, "to", "vfio", "target: vfio or host")
+			}
+			if name == "bind" || name == "unbind" {
+				fs.BoolVar(&sequential, "sequential", false, "apply IOMMU groups one after the other")
+			}
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			return runOnce(ctx, env, name, &c, to, sequential)
+		}}
+}
+
+func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to string, sequential bool) error {
 	if err := c.checkOutput(); err != nil {
 		return err
 	}
@@ -35,14 +37,9 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		return err
 	}
 	if cmd != "status" && !sel.All && len(sel.Devices) == 0 {
-		return &UsageError{Msg: cmd + ": select functions with --all or --device BDF"}
+		return shell.Usagef("%s: select functions with --all or --device BDF", cmd)
 	}
-	h, cleanup, err := c.hostFor(!c.noModprobe)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-
+	h := c.host(env, !c.noModprobe)
 	if cmd == "status" {
 		snap, err := h.Scan()
 		if err != nil {
@@ -53,9 +50,9 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 			return err
 		}
 		if c.output == "json" {
-			return vfio.WriteJSON(stdout, report)
+			return vfio.WriteJSON(env.Stdout, report)
 		}
-		return vfio.WriteStatusTable(stdout, report)
+		return vfio.WriteStatusTable(env.Stdout, report)
 	}
 
 	target := vfio.ToVFIO
@@ -64,10 +61,10 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		target = vfio.ToHost
 	case "plan":
 		if target, err = vfio.ParseTarget(to); err != nil {
-			return &UsageError{Msg: "--to: " + err.Error()}
+			return shell.Usagef("--to: %v", err)
 		}
 	}
-	if lock := c.lockPath(); lock != "" && cmd != "plan" {
+	if lock := c.lockPath(onRunningKernel(env)); lock != "" && cmd != "plan" {
 		release, err := vfio.AcquireLock(ctx, lock)
 		if err != nil {
 			return err
@@ -89,15 +86,15 @@ func runOnce(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		report = vfio.ResultReport(vfio.Apply(ctx, h, plan, vfio.ApplyOptions{Sequential: sequential}))
 	}
 	if c.output == "json" {
-		err = vfio.WriteJSON(stdout, report)
+		err = vfio.WriteJSON(env.Stdout, report)
 	} else {
-		err = vfio.WriteChangeTable(stdout, report)
+		err = vfio.WriteChangeTable(env.Stdout, report)
 	}
 	if err != nil {
 		return err
 	}
 	if len(report.Refused) > 0 {
-		return ErrRefused
+		return shell.Quiet(shell.ErrRefused) // the report names each refusal
 	}
 	return nil
 }

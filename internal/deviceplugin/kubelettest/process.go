@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
 
 // BuildBinary builds the main package in the current directory (a cmd/
@@ -42,15 +45,21 @@ func RSS(pid int) (int64, error) {
 }
 
 // BenchmarkRSS runs the plugin binary built from the current directory
-// with args (its --device-plugin-dir is added) until it has registered
+// on the simulated host fixture (every NVIDIA function on vfio-pci; its
+// roots and --device-plugin-dir are added to args) until it has registered
 // resource with a stub kubelet, reports its resident memory as RSS-MiB,
 // and checks it exits 0 on SIGTERM.
-func BenchmarkRSS(b *testing.B, resource string, args ...string) {
+func BenchmarkRSS(b *testing.B, resource, fixture string, args ...string) {
 	bin := BuildBinary(b)
+	k, h := hostsim.NewHost(b, fixture)
+	vfiotest.Move(b, h, vfiotest.AllNVIDIA, vfio.ToVFIO)
+	o := k.Options()
+	roots := []string{"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--modules-dir", o.ModulesDir,
+		"--wait-vfio-ready=false"}
 	for i := 0; i < b.N; i++ {
 		dir := ShortDir(b)
 		stub := Start(b, dir)
-		cmd := exec.Command(bin, append([]string{"--device-plugin-dir", dir}, args...)...)
+		cmd := exec.Command(bin, append(append([]string{"--device-plugin-dir", dir}, roots...), args...)...)
 		var logs bytes.Buffer
 		cmd.Stderr = &logs
 		b.Cleanup(func() {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/kata"
+	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	vfiocli "github.com/sandbox-gpu/sandbox-gpu/vfio/cli"
+)
+
+// simulated are the node binaries simulate can run, and whether their
+// host needs the NVIDIA functions on vfio-pci first (device plugins
+// advertise only those).
+var simulated = map[string]struct {
+	program func() *shell.Program
+	bind    bool
+}{
+	"vfio-manager":           {vfiocli.Program, false},
+	"kubevirt-device-plugin": {kubevirt.Program, true},
+	"kata-device-plugin":     {kata.Program, true},
+}
+
+func simulatedBinaries() []string {
+	var out []string
+	for name := range simulated {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func fixtureNames() []string {
+	var out []string
+	for _, fx := range hostsim.Fixtures() {
+		out = append(out, fx.Name)
+	}
+	return out
+}
+
+// simulateCommand runs a node binary's command line on a simulated host
+// built from a bundled fixture in a temporary folder.
+func simulateCommand() *shell.Command {
+	return &shell.Command{Name: "simulate", Args: "FIXTURE BINARY [ARGS...]",
+		Summary: "runs a node binary (vfio-manager, a device plugin) on a bundled simulated host",
+		Run: func(ctx context.Context, env *shell.Env) error {
+			if len(env.Args) < 2 {
+				return shell.Usagef("simulate: want FIXTURE BINARY [ARGS...]; fixtures: %v; binaries: %v", fixtureNames(), simulatedBinaries())
+			}
+			bin, ok := simulated[env.Args[1]]
+			if !ok {
+				return shell.Usagef("simulate: unknown binary %q (want one of %v)", env.Args[1], simulatedBinaries())
+			}
+			fx, err := hostsim.Lookup(env.Args[0])
+			if err != nil {
+				return shell.Usagef("simulate: %v", err)
+			}
+			dir, err := os.MkdirTemp("", "sandbox-gpu-sim-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			k, err := fx.Build(dir)
+			if err != nil {
+				return fmt.Errorf("simulated host %s: %w", fx.Name, err)
+			}
+			opts := k.Options()
+			args := env.Args[2:]
+			if bin.bind {
+				if err := bindAll(ctx, opts); err != nil {
+					return err
+				}
+				args = append([]string{"--wait-vfio-ready=false"}, args...)
+			}
+			if code := shell.Run(ctx, bin.program(), args, shell.IO{Stdout: env.Stdout, Stderr: env.Stderr, Host: &opts}); code != 0 {
+				return shell.Quiet(exitCode(code))
+			}
+			return nil
+		}}
+}
+
+// bindAll puts every NVIDIA function of the simulated host on vfio, as the
+// VFIO manager would have before a device plugin starts.
+func bindAll(ctx context.Context, opts host.Options) error {
+	h := host.New(opts)
+	p, err := vfio.NewPlanner(h)
+	if err != nil {
+		return err
+	}
+	plan, err := p.Plan(vfio.Selection{All: true, Vendor: host.VendorNVIDIA, NVSwitches: true}, vfio.ToVFIO)
+	if err != nil {
+		return err
+	}
+	if res := vfio.Apply(ctx, h, plan, vfio.ApplyOptions{}); !res.OK() {
+		return fmt.Errorf("simulated host: binding to vfio refused: %v", res.Refused)
+	}
+	return nil
+}
+
+// exitCode passes a simulated binary's exit code on (its output already
+// said why).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func (e exitCode) ExitCode() int { return int(e) }

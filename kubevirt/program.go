@@ -1,0 +1,52 @@
+package kubevirt
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+)
+
+// Program is kubevirt-device-plugin.
+func Program() *shell.Program {
+	var c plugincmd.Common
+	var namesConfig, permittedFile string
+	var printPermitted bool
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&namesConfig, "names-config", "", "YAML/JSON file mapping \"10de:2236\" to a resource name, over the built-in table")
+		fs.StringVar(&permittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "where to keep the KubeVirt permittedHostDevices for what is advertised (empty: none)")
+		fs.BoolVar(&printPermitted, "print-permitted-host-devices", false, "scan once, print the permittedHostDevices JSON and exit")
+	}
+	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
+		namer, err := NewNamer(c.PCIIDs, namesConfig)
+		if err != nil {
+			return err
+		}
+		s := &Scanner{Host: h, Namer: namer}
+		if printPermitted {
+			if _, err := s.Scan(ctx); err != nil {
+				return err
+			}
+			enc := json.NewEncoder(env.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(s.Permitted())
+		}
+		return c.Serve(ctx, env, h, plugincmd.Plugin{
+			Name: "sandbox-gpu-kubevirt", Scanner: s,
+			OnScan: func(res []deviceplugin.Resource) error {
+				if permittedFile == "" {
+					return nil
+				}
+				return WritePermitted(permittedFile, s.PermittedFor(res))
+			},
+		})
+	}
+	return &shell.Program{Name: "kubevirt-device-plugin",
+		Summary:  "advertises passthrough GPUs (nvidia.com/<MODEL>) and vGPUs to the kubelet for KubeVirt virtual machines",
+		Commands: []*shell.Command{plugincmd.Command(&c, flags, run)}}
+}
