@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 // noopPlugin is the floor: a device plugin that answers Allocate with an

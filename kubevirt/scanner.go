@@ -15,9 +15,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // ResourcePrefix is the domain of every resource this plugin advertises.

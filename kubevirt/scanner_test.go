@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
 

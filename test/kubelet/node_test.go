@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // node is a simulated host (the product's hostsim kernel) whose NVIDIA functions the test moves

@@ -13,8 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Deadlines: generous for a loaded machine; polling returns as soon as the state is reached.
