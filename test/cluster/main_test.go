@@ -57,7 +57,8 @@ func run(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	c, err := cluster.Start(ctx, cluster.Options{
-		LogsDir: os.Getenv(logsEnv),
+		LogsDir:      os.Getenv(logsEnv),
+		RuncHandlers: []string{testHandler},
 		Logf: func(format string, args ...any) {
 			if testing.Verbose() {
 				fmt.Fprintf(os.Stderr, "cluster: "+format+"\n", args...)

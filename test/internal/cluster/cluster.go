@@ -39,7 +39,8 @@ type Options struct {
 	NodeName         string            // default "sandbox-gpu-node"
 	NodeLabels       map[string]string // set by the kubelet at registration (within NodeRestriction's rules)
 	Images           []string          // OCI or Docker archives imported into containerd after the busybox image
-	ContainerdConfig string            // TOML appended to containerd's config (more runtimes, ...)
+	RuncHandlers     []string          // more CRI runtime handlers, each runc (stand-ins, such as a Kata handler's name)
+	ContainerdConfig string            // TOML appended to containerd's config
 	LogsDir          string            // where the components' logs go and stay; default: the work folder (removed by Stop)
 	Bridge           string            // the CNI bridge; default "sgpu0"
 	PodSubnet        string            // the pods' addresses; default "10.244.0.0/24"

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -133,10 +134,27 @@ func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 	return nil
 }
 
+// SandboxHandlers returns the runtime handlers of the CRI pod sandboxes of a pod (one, unless the
+// kubelet has recreated the sandbox), as containerd reports them.
+func (c *Cluster) SandboxHandlers(ctx context.Context, namespace, pod string) ([]string, error) {
+	resp, err := c.cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("containerd: list the sandboxes of %s/%s: %w", namespace, pod, err)
+	}
+	var out []string
+	for _, s := range resp.GetItems() {
+		out = append(out, s.GetRuntimeHandler())
+	}
+	return out, nil
+}
+
 // containerdConfig follows the recipe: everything under the work folder, restricted OOM score
 // adjustment (the sandbox lacks CAP_SYS_RESOURCE), network namespaces under the state folder, runc
-// with cgroupfs, the bridge CNI from Debian's plugins, the local busybox as the pinned pause image,
-// NRI and CDI on with sockets and specs in the work folder, and opts.ContainerdConfig appended.
+// with cgroupfs (also under the names of opts.RuncHandlers), the bridge CNI from Debian's plugins,
+// the local busybox as the pinned pause image, NRI and CDI on with sockets and specs in the work
+// folder, and opts.ContainerdConfig appended.
 func (c *Cluster) containerdConfig() string {
 	return fmt.Sprintf(`version = 3
 root = '%[1]s/containerd/root'
@@ -173,20 +191,29 @@ imports = []
   conf_dir = '%[1]s/cni/net.d'
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
   default_runtime_name = 'runc'
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-  runtime_type = 'io.containerd.runc.v2'
-  sandboxer = 'podsandbox'
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-  BinaryName = '%[8]s'
-  Root = '%[1]s/containerd/runc'
-  SystemdCgroup = false
-
+%[8]s
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = '127.0.0.1'
   stream_server_port = '0'
 %[9]s
-`, c.dir, c.ContainerdSocket(), c.NRISocket(), c.snapshotter, BusyboxImage, c.CDIDir(), cniDir, runcPath,
+`, c.dir, c.ContainerdSocket(), c.NRISocket(), c.snapshotter, BusyboxImage, c.CDIDir(), cniDir, c.runtimes(),
 		c.opts.ContainerdConfig)
+}
+
+// runtimes is the runc runtime and one more per Options.RuncHandlers, all runc with cgroupfs.
+func (c *Cluster) runtimes() string {
+	var b strings.Builder
+	for _, h := range append([]string{"runc"}, c.opts.RuncHandlers...) {
+		fmt.Fprintf(&b, `[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%[1]s']
+  runtime_type = 'io.containerd.runc.v2'
+  sandboxer = 'podsandbox'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%[1]s'.options]
+  BinaryName = '%[2]s'
+  Root = '%[3]s/containerd/runc'
+  SystemdCgroup = false
+`, h, runcPath, c.dir)
+	}
+	return b.String()
 }
 
 // cniConfig is a bridge network with host-local addresses; the bridge is the node's gateway.
