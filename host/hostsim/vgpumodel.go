@@ -83,6 +83,7 @@ type simCard struct {
 	mdevs   map[string]simMdev   // by UUID
 	current map[host.Address]int // vendor VFIO: VF -> type id
 	types   map[int]VGPUType     // by id
+	files   map[string]string    // attribute files as last written (refresh writes only changes)
 }
 
 type simMdev struct {
@@ -105,7 +106,7 @@ func (k *Kernel) EnableVGPU(card VGPUCard) error {
 	if !ok {
 		return fmt.Errorf("vGPU card: no function %s", card.PF)
 	}
-	c := &simCard{card: card, pf: f, mdevs: map[string]simMdev{}, current: map[host.Address]int{}, types: map[int]VGPUType{}}
+	c := &simCard{card: card, pf: f, mdevs: map[string]simMdev{}, current: map[host.Address]int{}, types: map[int]VGPUType{}, files: map[string]string{}}
 	for _, t := range card.Types {
 		c.types[t.ID] = t
 	}
@@ -217,10 +218,10 @@ func (k *Kernel) refreshCard(c *simCard) error {
 				}
 			}
 			dir := filepath.Join(k.funcs[vf].dir, "nvidia")
-			if err := os.WriteFile(filepath.Join(dir, "creatable_vgpu_types"), []byte(b.String()), 0o444); err != nil {
+			if err := c.write(filepath.Join(dir, "creatable_vgpu_types"), b.String(), 0o444); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, "current_vgpu_type"), []byte(strconv.Itoa(c.current[vf])+"\n"), 0o644); err != nil {
+			if err := c.write(filepath.Join(dir, "current_vgpu_type"), strconv.Itoa(c.current[vf])+"\n", 0o644); err != nil {
 				return err
 			}
 		}
@@ -232,13 +233,17 @@ func (k *Kernel) refreshCard(c *simCard) error {
 // NVIDIA's driver shows it.
 func (k *Kernel) writeMdevType(f *simFunc, c *simCard, t VGPUType, avail int) error {
 	dir := filepath.Join(f.dir, "mdev_supported_types", "nvidia-"+strconv.Itoa(t.ID))
+	if _, done := c.files[dir]; done {
+		return c.write(filepath.Join(dir, "available_instances"), strconv.Itoa(avail)+"\n", 0o444)
+	}
+	c.files[dir] = ""
 	if err := os.MkdirAll(filepath.Join(dir, "devices"), 0o755); err != nil {
 		return err
 	}
 	desc := fmt.Sprintf("num_heads=4, frl_config=60, framebuffer=%dM, max_resolution=5120x2880, max_instance=%d", t.SizeGB*1024, c.card.Max(t))
 	for name, v := range map[string]string{"name": t.Name, "available_instances": strconv.Itoa(avail),
 		"description": desc, "device_api": "vfio-pci"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o444); err != nil {
+		if err := c.write(filepath.Join(dir, name), v+"\n", 0o444); err != nil {
 			return err
 		}
 	}
@@ -287,4 +292,25 @@ func (k *Kernel) VGPUCounts(pf string) map[string]int {
 		}
 	}
 	return out
+}
+
+// write writes an attribute file when its content changed.
+func (c *simCard) write(p, content string, perm os.FileMode) error {
+	if old, ok := c.files[p]; ok && old == content {
+		return nil
+	}
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		return err
+	}
+	c.files[p] = content
+	return nil
+}
+
+// forget drops the cache of files under dir (a VF that went away).
+func (c *simCard) forget(dir string) {
+	for p := range c.files {
+		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			delete(c.files, p)
+		}
+	}
 }

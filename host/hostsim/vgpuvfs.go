@@ -117,6 +117,7 @@ func (k *Kernel) removeVFs(c *simCard) error {
 				return err
 			}
 		}
+		c.forget(f.dir)
 		delete(k.funcs, vf)
 	}
 	c.vfs, c.current = nil, map[host.Address]int{}
