@@ -1,0 +1,77 @@
+package vgpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
+)
+
+// States of the nvidia.com/vgpu.config.state node label.
+const (
+	StatePending = "pending" // the manager is changing the node's vGPUs
+	StateSuccess = "success" // every GPU holds what the selected config asks
+	StateFailed  = "failed"  // a config error, or a GPU refused or failed
+)
+
+// ReadyReport is the JSON of names.VGPUReadyFile, rewritten (atomically,
+// only when it changes) after every run of the loop:
+//
+//	config   the selected config
+//	state    success or failed, as the node label
+//	gpus     every NVIDIA GPU: index, address, device, backend, vgpus (by type)
+//	refused  GPUs refused or failed: gpu, address, reason ("in use: ...")
+//	error    why nothing was applied (a config error), when so
+type ReadyReport struct {
+	Config  string     `json:"config"`
+	State   string     `json:"state"`
+	GPUs    []ReadyGPU `json:"gpus"`
+	Refused []Refusal  `json:"refused"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// ReadyGPU is one GPU's vGPUs in the ready file.
+type ReadyGPU struct {
+	Index   int            `json:"index"`
+	Address string         `json:"address"`
+	Device  string         `json:"device"`
+	Backend Backend        `json:"backend"`
+	VGPUs   map[string]int `json:"vgpus"`
+}
+
+func readyGPUs(gpus []*GPU) []ReadyGPU {
+	out := []ReadyGPU{}
+	for _, g := range gpus {
+		r := gpuReport(g, false, nil, g.counts())
+		out = append(out, ReadyGPU{Index: r.Index, Address: r.Address, Device: r.Device, Backend: r.Backend, VGPUs: r.Have})
+	}
+	return out
+}
+
+// writeReady writes the ready file when its content changed.
+func writeReady(path string, r ReadyReport) error {
+	if r.Refused == nil {
+		r.Refused = []Refusal{}
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = atomicfile.Write(path, append(b, '\n'), 0o644)
+	return err
+}
+
+// ReadReadyFile reads the vGPU device manager's ready file (for the
+// validator).
+func ReadReadyFile(path string) (ReadyReport, error) {
+	var r ReadyReport
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}

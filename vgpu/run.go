@@ -1,0 +1,233 @@
+package vgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+)
+
+// RunOptions configure Run.
+type RunOptions struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// ConfigFile is the vGPU config (a ConfigMap mount, updated by rename:
+	// its folder is watched).
+	ConfigFile string
+	// Default is the config of a node without the nvidia.com/vgpu.config
+	// label (the policy's default; DefaultConfigName when empty).
+	Default string
+	Host    *host.Host
+	// RunDir holds the pause and ready files (names.RunDir on a node).
+	RunDir    string
+	Allocated Allocated // the kubelet's allocations; nil for none
+	TypeNames TypeNamer // nil for none
+	// Resync applies again without an event (default 5m).
+	Resync time.Duration
+	Log    logr.Logger
+	// Observe, when set, gets the ready report after every pass.
+	Observe func(ReadyReport)
+}
+
+// Run keeps the node's vGPUs as its selected config says until ctx ends.
+// It watches only its own Node: the config is the nvidia.com/vgpu.config
+// label (missing: o.Default), applied at start, when the label or the
+// config file changes, and every o.Resync. It reports progress in the
+// nvidia.com/vgpu.config.state label (pending before a change, success or
+// failed after, written only when it differs), a Warning event on the Node
+// naming the reason of a failure, and the ready file; while it changes
+// vGPUs the pause file exists. A pause file left by a crash goes after the
+// first pass. Steady state costs no write at all.
+func Run(ctx context.Context, o RunOptions) error {
+	switch {
+	case o.NodeName == "":
+		return errors.New("vgpu run: no node name (set --node-name or NODE_NAME)")
+	case o.Client == nil:
+		return errors.New("vgpu run: no Kubernetes client")
+	case o.Host == nil:
+		return errors.New("vgpu run: no host")
+	case o.ConfigFile == "":
+		return errors.New("vgpu run: no config file")
+	case o.RunDir == "":
+		return errors.New("vgpu run: no run folder")
+	}
+	if o.Default == "" {
+		o.Default = DefaultConfigName
+	}
+	if o.Resync <= 0 {
+		o.Resync = 5 * time.Minute
+	}
+	if err := os.MkdirAll(o.RunDir, 0o755); err != nil {
+		return fmt.Errorf("vgpu run: %w", err)
+	}
+	r := &runner{o: o, stale: map[string]bool{}}
+	lw := cache.NewListWatchFromClient(o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", o.NodeName))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || o.Labels[names.VGPUConfigLabel] != n.Labels[names.VGPUConfigLabel] {
+				poke()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("node %s: watch: %w", o.NodeName, err)
+	}
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil // ctx ended
+	}
+	r.node = func() (*corev1.Node, bool) {
+		obj, ok, err := inf.GetStore().GetByKey(o.NodeName)
+		if err != nil || !ok {
+			return nil, false
+		}
+		n, ok := obj.(*corev1.Node)
+		return n, ok
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("fsnotify: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(o.ConfigFile)); err != nil {
+		return fmt.Errorf("watch %s: %w", filepath.Dir(o.ConfigFile), err)
+	}
+	tick := time.NewTicker(o.Resync)
+	defer tick.Stop()
+	poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-tick.C:
+		case <-w.Events:
+		case err := <-w.Errors:
+			o.Log.Error(err, "Config file watch failed; applying anyway", "file", o.ConfigFile)
+		}
+		r.pass(ctx)
+	}
+}
+
+// runner is the state of one Run.
+type runner struct {
+	o    RunOptions
+	node func() (*corev1.Node, bool)
+	// sent is the state label last written; stale holds the resource
+	// versions of the Node from before that write, whose label the cache
+	// may still show.
+	sent   string
+	lastRV string // the Node's resource version our last write returned
+	stale  map[string]bool
+	// lastEvent is the reason and message of the last event, so a
+	// repeated failure is not reported again.
+	lastEvent string
+}
+
+// pass applies the selected config once and reports the outcome.
+func (r *runner) pass(ctx context.Context) {
+	node, ok := r.node()
+	if !ok {
+		r.o.Log.Info("Node not found; waiting for it", "node", r.o.NodeName)
+		return
+	}
+	selected := node.Labels[names.VGPUConfigLabel]
+	if selected == "" {
+		selected = r.o.Default
+	}
+	rep := ReadyReport{Config: selected, State: StateFailed}
+	defer r.finish(&rep)
+	cfg, err := LoadConfig(r.o.ConfigFile)
+	var plan *Plan
+	if err == nil {
+		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.o.TypeNames})
+	}
+	if err != nil {
+		rep.Error = err.Error()
+		if gpus, ierr := Inventory(r.o.Host, r.o.TypeNames); ierr == nil {
+			rep.GPUs = readyGPUs(gpus)
+		}
+		reason := EventFailed
+		if IsConfigError(err) {
+			reason = EventConfigInvalid
+		}
+		r.setState(ctx, node, StateFailed)
+		r.event(ctx, node, corev1.EventTypeWarning, reason, err.Error())
+		return
+	}
+	if plan.Changes() {
+		r.setState(ctx, node, StatePending)
+	}
+	res := Apply(ctx, r.o.Host, plan, ApplyOptions{PauseFile: filepath.Join(r.o.RunDir, names.VGPUPauseFile)})
+	var gpus []*GPU
+	for _, g := range res.GPUs {
+		gpus = append(gpus, g.GPU)
+	}
+	rep.GPUs, rep.Refused = readyGPUs(gpus), res.Refused
+	if !res.OK() {
+		r.setState(ctx, node, StateFailed)
+		r.event(ctx, node, corev1.EventTypeWarning, EventRefused, fmt.Sprintf("config %q: %v", selected, res.Err()))
+		return
+	}
+	rep.State = StateSuccess
+	r.setState(ctx, node, StateSuccess)
+	r.lastEvent = ""
+	if plan.Changes() {
+		r.event(ctx, node, corev1.EventTypeNormal, EventApplied, fmt.Sprintf("config %q applied: %s", selected, summary(rep.GPUs)))
+	}
+}
+
+// finish removes a pause file a crash left, writes the ready file and
+// tells the observer.
+func (r *runner) finish(rep *ReadyReport) {
+	pause := filepath.Join(r.o.RunDir, names.VGPUPauseFile)
+	if err := os.Remove(pause); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.o.Log.Error(err, "Cannot remove the pause file", "file", pause)
+	}
+	if rep.GPUs == nil {
+		rep.GPUs = []ReadyGPU{}
+	}
+	if err := writeReady(filepath.Join(r.o.RunDir, names.VGPUReadyFile), *rep); err != nil {
+		r.o.Log.Error(err, "Cannot write the ready file")
+	}
+	r.o.Log.V(1).Info("Applied", "node", r.o.NodeName, "config", rep.Config, "state", rep.State, "refused", len(rep.Refused), "error", rep.Error)
+	if r.o.Observe != nil {
+		r.o.Observe(*rep)
+	}
+}
+
+func summary(gpus []ReadyGPU) string {
+	s := ""
+	for i, g := range gpus {
+		if i > 0 {
+			s += "; "
+		}
+		s += fmt.Sprintf("GPU %d (%s) %s", g.Index, g.Address, counts(g.VGPUs))
+	}
+	return s
+}
