@@ -59,6 +59,9 @@ type NodeReconciler struct {
 	// Metrics count nodes by config and state and time transitions (nil:
 	// none).
 	Metrics *Metrics
+
+	// fence holds back reconciles of a state older than the last write.
+	fence cacheFence
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -125,6 +128,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			// The node is gone: so is its state (garbage collection does the
 			// same through the owner reference, later).
 			r.Metrics.forgetNode(req.Name)
+			r.fence.forget(req.Name)
 			st := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: req.Name}}
 			if err := r.Delete(ctx, st); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("node %s: remove the state of a deleted node: %w", req.Name, err)
@@ -147,6 +151,11 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	st, err := r.nodeState(ctx, &node)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if r.fence.stale(node.Name, st.ResourceVersion) {
+		// The cache has not seen the last status write yet: its watch event
+		// brings the node back (the requeue is a safety net).
+		return ctrl.Result{RequeueAfter: r.Requeue}, nil
 	}
 	before := st.DeepCopy()
 	rep := &nodeReport{node: node.Name}
@@ -178,6 +187,7 @@ func (r *NodeReconciler) writeState(ctx context.Context, node *corev1.Node, st, 
 		if err := patchStatus(ctx, r.Client, st, before); err != nil {
 			return fmt.Errorf("node %s: write state: %w", node.Name, err)
 		}
+		r.fence.wrote(node.Name, before.ResourceVersion)
 	}
 	r.send(node, st, rep)
 	r.Metrics.setNode(node.Name, st.Status.WorkloadConfig, st.Status.State)
@@ -275,7 +285,7 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 		// Operand pods are watched: their readiness wakes the node. The
 		// requeue is only a safety net, slow so that thousands of nodes
 		// waiting for operands do not keep the queue busy.
-		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, fmt.Sprintf("Configuring %s: waiting for operands %s to be ready.", desired, nameList(notReady)), nil
+		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, fmt.Sprintf("Configuring %s: waiting for operands to be ready: %s.", desired, nameList(notReady)), nil
 	}
 	if r.setState(st, v1alpha1.StateReady) {
 		rep.ready(desired, completeTransition(st, r.Now()))

@@ -35,7 +35,7 @@ func (r *NodeReconciler) drain(ctx context.Context, node *corev1.Node, p *v1alph
 	if st.Status.State == v1alpha1.StateFailed || timedOut {
 		msg := fmt.Sprintf("The drain from %s to %s timed out after %s with %s still running: %s.", from, to, timeout, plural(len(holders), "GPU pod"), pods)
 		if r.setState(st, v1alpha1.StateFailed) {
-			rep.drainTimedOut(msg)
+			rep.drainTimedOut(from, to, timeout, holders)
 		} else {
 			rep.failReason = ReasonDrainTimedOut
 		}

@@ -65,9 +65,10 @@ func (rep *nodeReport) configChanged(from, to string, holders []corev1.Pod, evic
 	rep.add(false, EventConfigChanged, "Drain", note)
 }
 
-func (rep *nodeReport) drainTimedOut(msg string) {
+func (rep *nodeReport) drainTimedOut(from, to string, timeout time.Duration, holders []corev1.Pod) {
 	rep.failReason = ReasonDrainTimedOut
-	rep.add(true, EventDrainTimedOut, "Drain", fmt.Sprintf("Node %s: %s", rep.node, msg))
+	rep.add(true, EventDrainTimedOut, "Drain", fmt.Sprintf("Node %s could not switch from %s to %s: the drain timed out after %s with %s still running (%s).",
+		rep.node, from, to, timeout, plural(len(holders), "GPU pod"), nameList(podNames(holders))))
 }
 
 // configuring: the deploy labels were switched to the new config's operands.
@@ -86,10 +87,10 @@ func (rep *nodeReport) configuring(from, to string, operands []string) {
 // operandsNotReady: a node waits for operands again without a config change.
 func (rep *nodeReport) operandsNotReady(config string, notReady []string, wasReady bool) {
 	if wasReady {
-		rep.add(true, EventOperandsNotReady, "Configure", fmt.Sprintf("Node %s is no longer ready: the %s operands %s are not ready.", rep.node, config, nameList(notReady)))
+		rep.add(true, EventOperandsNotReady, "Configure", fmt.Sprintf("Node %s is no longer ready: operands of %s are not ready: %s.", rep.node, config, nameList(notReady)))
 		return
 	}
-	rep.add(false, EventConfiguring, "Configure", fmt.Sprintf("Node %s waits for the %s operands %s to be ready.", rep.node, config, nameList(notReady)))
+	rep.add(false, EventConfiguring, "Configure", fmt.Sprintf("Node %s waits for operands of %s to be ready: %s.", rep.node, config, nameList(notReady)))
 }
 
 // ready: the node runs its config; t is the transition it completed, if any.

@@ -109,10 +109,30 @@ func (e *operandError) Error() string {
 
 func (e *operandError) Unwrap() error { return e.err }
 
-// sentence says what failed in prose, for a condition message.
-func (e *operandError) sentence() string {
-	return fmt.Sprintf("The %s DaemonSet could not be %s: %s.", e.operand, map[string]string{
-		"read": "read", "build": "built", "create": "created", "update": "updated", "delete": "deleted"}[e.action], errText(e.err))
+// operandFailures says in sentences which operand DaemonSets failed and
+// why, one sentence per cause: "The DaemonSets of vfio-manager and
+// validator could not be created: namespaces "x" not found."
+func operandFailures(errs []*operandError) []string {
+	past := map[string]string{"read": "read", "build": "built", "create": "created", "update": "updated", "delete": "deleted"}
+	var causes []string
+	byCause := map[string][]string{}
+	for _, e := range errs {
+		cause := fmt.Sprintf("could not be %s: %s.", past[e.action], errText(e.err))
+		if _, ok := byCause[cause]; !ok {
+			causes = append(causes, cause)
+		}
+		byCause[cause] = append(byCause[cause], e.operand)
+	}
+	out := make([]string, 0, len(causes))
+	for _, cause := range causes {
+		ops := byCause[cause]
+		what := "The DaemonSet of "
+		if len(ops) > 1 {
+			what = "The DaemonSets of "
+		}
+		out = append(out, what+nameList(ops)+" "+cause)
+	}
+	return out
 }
 
 func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, name string) *operandError {

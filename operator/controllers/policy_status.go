@@ -77,10 +77,7 @@ func countNodes(nodes []v1alpha1.SandboxGPUNode) (c v1alpha1.NodeCounts, notRead
 // policyConditions derives Ready and Degraded. Ready needs at least one
 // GPU node, every one of them ready and every operand applied.
 func policyConditions(total int, c v1alpha1.NodeCounts, notReady, failed []string, errs []*operandError, problems []string) (ready, degraded metav1.Condition) {
-	var opFailures []string
-	for _, e := range errs {
-		opFailures = append(opFailures, e.sentence())
-	}
+	opFailures := operandFailures(errs)
 	ready = metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}
 	switch {
 	case total == 0:

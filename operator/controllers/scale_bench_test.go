@@ -56,6 +56,10 @@ func (w *writeCounter) funcs() interceptor.Funcs {
 			w.statuses.Add(1)
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			w.statuses.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
 	}
 }
 
@@ -65,7 +69,7 @@ func (w *writeCounter) total() int64 {
 
 // BenchmarkScale5000Nodes: 5,000 GPU nodes with mixed configs in envtest.
 // Reports the time until every node has its deploy labels and state, the
-// API writes per node (label patches, state creates, status updates), the
+// API writes per node (label patches, state creates, status writes), the
 // writes of a full resync (target 0) and the Go heap after convergence.
 func BenchmarkScale5000Nodes(b *testing.B) {
 	if skipReason != "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,4 +103,45 @@ func pruneZeros(m map[string]any) {
 			pruneZeros(v)
 		}
 	}
+}
+
+// cacheFence keeps a reconciler from acting on its own writes' past: after
+// it writes an object, the cache may still hand out the version the write
+// replaced, and a reconcile of that version would take the same step again
+// (and report it twice). It remembers, per object name, the
+// resourceVersion its last write replaced; only equality is compared (a
+// resourceVersion is opaque).
+type cacheFence struct {
+	mu         sync.Mutex
+	superseded map[string]string
+}
+
+// wrote records that a write replaced version rv of the object name.
+func (f *cacheFence) wrote(name, rv string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.superseded == nil {
+		f.superseded = map[string]string{}
+	}
+	f.superseded[name] = rv
+}
+
+// stale reports whether rv is the version the last write of name replaced:
+// the cache has not caught up. A newer version clears the record.
+func (f *cacheFence) stale(name, rv string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, ok := f.superseded[name]
+	if ok && old == rv {
+		return true
+	}
+	delete(f.superseded, name)
+	return false
+}
+
+// forget drops what is known of name (the object is gone).
+func (f *cacheFence) forget(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.superseded, name)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -100,26 +102,104 @@ func (c *clock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// startOperator runs the node reconciler until the returned stop is called
-// (an operator restart is a stop and a new start).
+// testOperator is the operator of one test, running until stop.
+type testOperator struct {
+	stop func()
+	// metrics is the registry of the operator's own metrics.
+	metrics *prometheus.Registry
+	// writes counts its status writes.
+	writes *statusWrites
+}
+
+// operatorConfig changes how a test's operator runs.
+type operatorConfig struct {
+	// policyNamespace is where the policy reconciler puts the operand
+	// DaemonSets (the operand namespace by default).
+	policyNamespace string
+	// beforeStatusPatch runs before each status patch the operator sends.
+	beforeStatusPatch func(obj client.Object)
+}
+
+// statusWrites counts the operator's status writes by verb and keeps the
+// result of each patch.
+type statusWrites struct {
+	mu        sync.Mutex
+	updates   int
+	patches   int
+	patchErrs []error
+}
+
+func (w *statusWrites) get() (updates, patches int, errs []error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.updates, w.patches, append([]error(nil), w.patchErrs...)
+}
+
+func (w *statusWrites) funcs(cfg *operatorConfig) interceptor.Funcs {
+	return interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			w.mu.Lock()
+			w.updates++
+			w.mu.Unlock()
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if cfg.beforeStatusPatch != nil && sub == "status" {
+				cfg.beforeStatusPatch(obj)
+			}
+			err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			w.mu.Lock()
+			w.patches++
+			w.patchErrs = append(w.patchErrs, err)
+			w.mu.Unlock()
+			return err
+		},
+	}
+}
+
+// startOperator runs the operator's reconcilers until the returned stop is
+// called (an operator restart is a stop and a new start).
 func startOperator(t *testing.T, clk *clock) (stop func()) {
 	t.Helper()
+	return startOperatorWith(t, clk, operatorConfig{}).stop
+}
+
+// startOperatorWith runs the operator with its own metrics registry and a
+// client that counts status writes.
+func startOperatorWith(t *testing.T, clk *clock, cfg operatorConfig) *testOperator {
+	t.Helper()
+	op := &testOperator{metrics: prometheus.NewRegistry(), writes: &statusWrites{}}
 	skip := true // every test (and a restart) starts a new manager in this process
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: &skip}})
+		Controller: config.Controller{SkipNameValidation: &skip},
+		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
+			inner, err := client.NewWithWatch(rc, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(inner, op.writes.funcs(&cfg)), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(op.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("sandbox-gpu-operator"),
-		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond, APIReader: mgr.GetAPIReader()}
+		Namespace: operandNS, Now: clk.now, Requeue: 100 * time.Millisecond, APIReader: mgr.GetAPIReader(), Metrics: m}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	kv := &KubeVirtReconciler{Client: mgr.GetClient(), Resync: time.Second}
+	kv := &KubeVirtReconciler{Client: mgr.GetClient(), Resync: time.Second, Metrics: m}
 	if err := kv.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	pr := &PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: operandNS, Registry: "example.com", Version: "test"}}
+	ns := cfg.policyNamespace
+	if ns == "" {
+		ns = operandNS
+	}
+	pr := &PolicyReconciler{Client: mgr.GetClient(), Operands: operands.Options{Namespace: ns, Registry: "example.com", Version: "test"}, Metrics: m}
 	if err := pr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +207,7 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	stopped := false
-	stop = func() {
+	op.stop = func() {
 		if stopped {
 			return
 		}
@@ -140,8 +220,8 @@ func startOperator(t *testing.T, clk *clock) (stop func()) {
 			t.Errorf("operator: %v", err)
 		}
 	}
-	t.Cleanup(stop)
-	return stop
+	t.Cleanup(op.stop)
+	return op
 }
 
 func ensureNamespace(t *testing.T, c client.Client, name string) {
