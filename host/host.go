@@ -63,7 +63,9 @@ func orDefault(v, def string) string {
 	return filepath.Clean(v)
 }
 
-// SysfsRoot, DevRoot and ProcRoot return the roots in use.
+// SysfsRoot, DevRoot and ProcRoot return the roots in use, for tests that
+// lay out or inspect a host. Product code outside this package never calls
+// them (internal/archtest): it asks the host model instead.
 func (h *Host) SysfsRoot() string { return h.sysfs }
 
 // DevRoot returns the /dev root in use.

@@ -135,7 +135,7 @@ func (p *Planner) selectFuncs(sel Selection) ([]*host.Function, []host.Address, 
 			continue
 		}
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: no PCI function %s under %s", ErrBadInput, a, p.Host.SysfsRoot())
+			return nil, nil, fmt.Errorf("%w: %w", ErrBadInput, p.Host.NoFunction(a))
 		}
 		chosen[a] = f
 	}

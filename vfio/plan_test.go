@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -84,6 +85,9 @@ func TestPlanRejectsUnknownDevice(t *testing.T) {
 	_, err = p.Plan(Selection{Devices: []host.Address{"0000:99:00.0"}, Vendor: host.VendorNVIDIA}, ToVFIO)
 	require.ErrorIs(t, err, ErrBadInput)
 	assert.Contains(t, err.Error(), "0000:99:00.0")
+	var missing *host.NoFunctionError
+	require.ErrorAs(t, err, &missing, "the host model names the missing function")
+	assert.Equal(t, filepath.Join(h.SysfsRoot(), "bus", "pci", "devices"), missing.Dir)
 }
 
 func TestPlanRefusesHeldVFIOGroupOnUnbind(t *testing.T) {

@@ -106,10 +106,13 @@ func (c *Common) Serve(ctx context.Context, env *shell.Env, h *host.Host, p Plug
 		}
 		return ok, report
 	})
-	logStart(env.Log, p.Name, c, h)
+	logStart(env.Log, p.Name, c, env.HostOptions())
 	return m.Run(ctx)
 }
 
-func logStart(log logr.Logger, name string, c *Common, h *host.Host) {
-	log.Info("Starting device plugin", "plugin", name, "dir", c.DevicePluginDir, "sysfs", h.SysfsRoot(), "waitVFIOReady", c.WaitReady)
+// logStart logs the plugin's settings, with the host roots the shell gave
+// the host model.
+func logStart(log logr.Logger, name string, c *Common, roots host.Options) {
+	log.Info("Starting device plugin", "plugin", name, "dir", c.DevicePluginDir,
+		"sysfs", roots.SysfsRoot, "dev", roots.DevRoot, "proc", roots.ProcRoot, "waitVFIOReady", c.WaitReady)
 }

@@ -40,7 +40,8 @@ func generateCommand() *shell.Command {
 		Summary: "writes a GPU CDI spec (no hooks) from NVML, where nvidia-ctk wrote none", Roots: true,
 		Flags: func(fs *flag.FlagSet) { generateFlags(fs, &c) },
 		Run: func(ctx context.Context, env *shell.Env) error {
-			c.opts.DevRoot, c.opts.ProcRoot = env.Roots.Dev, env.Roots.Proc
+			roots := env.HostOptions()
+			c.opts.DevRoot, c.opts.ProcRoot = roots.DevRoot, roots.ProcRoot
 			c.opts.LibDirs, c.opts.BinDirs = c.libDirs.vals, c.binDirs.vals
 			return generateCDI(ctx, c, env.Stdout)
 		}}

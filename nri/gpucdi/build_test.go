@@ -1,12 +1,15 @@
 package gpucdi
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 func twoGPUs() Inventory {
@@ -166,8 +169,57 @@ func TestBuildPreR470MIGUUIDIsNotAName(t *testing.T) {
 }
 
 func TestDevNodeNumbersFromACharacterDevice(t *testing.T) {
-	n := devNode("/dev", "null", nvidiaMajor, 7)
-	assert.Equal(t, []string{"/dev/null /dev/null c 1:3"}, nodeSummary([]*cdispec.DeviceNode{n}), "the node's own numbers win")
-	n = devNode("/dev", "no-such-node", 0, 7)
-	assert.Equal(t, []string{"/dev/no-such-node /dev/no-such-node  0:0"}, nodeSummary([]*cdispec.DeviceNode{n}))
+	h := newBareHost(t)
+	h.link(h.dev, "nvidia7", "/dev/null")
+	m := hostModel(h.opts())
+	n, err := devNode(m, "nvidia7", nvidiaMajor, 7)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/dev/nvidia7 " + filepath.Join(h.dev, "nvidia7") + " c 1:3"},
+		nodeSummary([]*cdispec.DeviceNode{n}), "the node's own numbers win")
+	n, err = devNode(m, "no-such-node", 0, 7)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/dev/no-such-node " + filepath.Join(h.dev, "no-such-node") + "  0:0"},
+		nodeSummary([]*cdispec.DeviceNode{n}))
+	_, err = devNode(m, "../etc/passwd", 0, 7)
+	require.Error(t, err, "a name outside the dev root")
+	assert.Contains(t, err.Error(), "CDI device node /dev/../etc/passwd")
 }
+
+// Build reads /dev and /proc only through the host model: a fake one
+// decides every node's numbers, and its errors reach the caller.
+func TestBuildReadsDevicesThroughTheHostModel(t *testing.T) {
+	h := newFakeHost(t, 0)
+	o := h.opts().withDefaults()
+	fake := fakeDevices{majors: map[string]int64{"nvidia-uvm": 500}, nodes: map[string]host.DevNode{
+		"nvidia0": {Path: "/elsewhere/nvidia0", Exists: true, Char: true, Major: 195, Minor: 9},
+	}}
+	spec, err := build(Inventory{DriverVersion: testVersion, GPUs: []GPU{{}}}, o, fake)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/dev/nvidia0 /elsewhere/nvidia0 c 195:9"}, nodeSummary(device(t, spec, "0").ContainerEdits.DeviceNodes))
+	assert.Equal(t, []string{
+		"/dev/nvidiactl /elsewhere/nvidiactl c 195:255",
+		"/dev/nvidia-uvm /elsewhere/nvidia-uvm c 500:0",
+		"/dev/nvidia-uvm-tools /elsewhere/nvidia-uvm-tools c 500:1",
+	}, nodeSummary(spec.ContainerEdits.DeviceNodes))
+
+	fake.err = errors.New("read /x/devices: boom")
+	_, err = build(Inventory{DriverVersion: testVersion, GPUs: []GPU{{}}}, o, fake)
+	require.ErrorIs(t, err, fake.err)
+}
+
+type fakeDevices struct {
+	majors map[string]int64
+	nodes  map[string]host.DevNode
+	err    error
+}
+
+func (f fakeDevices) DevNode(name string) (host.DevNode, error) {
+	if n, ok := f.nodes[name]; ok {
+		return n, nil
+	}
+	return host.DevNode{Path: "/elsewhere/" + name}, nil
+}
+
+func (f fakeDevices) CharMajors() (map[string]int64, error) { return f.majors, f.err }
+
+func (f fakeDevices) MIGCaps() (*host.MIGCaps, error) { return nil, f.err }

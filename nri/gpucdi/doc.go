@@ -6,19 +6,24 @@
 // The inventory (driver version; GPUs by index, minor and UUID; MIG devices
 // by GPU instance, compute instance and UUID) comes from NVML through an
 // nvml.Interface the caller passes: the real library on a node (OpenNVML),
-// go-nvml's mock in tests. Everything else is read from injected roots:
+// go-nvml's mock in tests. Everything else is read from injected roots,
+// each by one reader:
 //
-//   - DevRoot (default /dev): device nodes. A node at <DevRoot>/nvidia0 is
-//     written with hostPath <DevRoot>/nvidia0 and path /dev/nvidia0.
-//   - DriverRoot (default /; /run/nvidia/driver for a containerized driver):
-//     libraries and binaries. A file at <DriverRoot>/usr/bin/nvidia-smi is
-//     mounted from there at /usr/bin/nvidia-smi. Symlinks are resolved
-//     inside the root, absolute ones included.
-//   - ProcRoot (default /proc): majors of dynamically numbered devices
-//     (devices) and MIG capability minors (driver/nvidia-caps/mig-minors,
-//     as nvidia-ctk and go-nvlib read them, falling back to the
-//     DeviceFileMinor line of driver/nvidia/capabilities/gpu<minor>/mig/
-//     gi<gi>[/ci<ci>]/access, as libnvidia-container reads them).
+//   - DevRoot (default /dev), through package host's model (DevNode):
+//     device nodes. A node at <DevRoot>/nvidia0 is written with hostPath
+//     <DevRoot>/nvidia0 and path /dev/nvidia0.
+//   - ProcRoot (default /proc), through package host's model (CharMajors,
+//     MIGCaps): majors of dynamically numbered devices (devices) and MIG
+//     capability minors (driver/nvidia-caps/mig-minors, as nvidia-ctk and
+//     go-nvlib read them, falling back to the DeviceFileMinor line of
+//     driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>[/ci<ci>]/access, as
+//     libnvidia-container reads them).
+//   - DriverRoot (default /; /run/nvidia/driver for a containerized driver),
+//     through this package's driver-root reader (driverroot.go), the only
+//     files gpucdi reads itself: libraries and binaries. A file at
+//     <DriverRoot>/usr/bin/nvidia-smi is mounted from there at
+//     /usr/bin/nvidia-smi. Symlinks are resolved inside the root, absolute
+//     ones included.
 //
 // Host paths in the spec are these root-joined paths, so the code that
 // generates the spec must see the roots at the paths the container runtime

@@ -14,15 +14,27 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// driverFiles finds, inside root, the driver's libraries of version and
-// their links in libDirs, and the driver binaries in binDirs, as read-only
-// mounts sorted by container path. It fails when libcuda.so.<version> is
-// not among them.
-func driverFiles(root, version string, libDirs, binDirs []string) ([]*cdispec.Mount, error) {
+// driverRoot is the root of the driver's files (--driver-root: / for a
+// driver installed on the host, /run/nvidia/driver for a containerized
+// one). It is the only code of gpucdi that reads the node's files to build
+// a spec, and it reads only the driver's libraries and binaries under this
+// root. The host's /dev and /proc are read through package host's model
+// (nodes.go); the driver root is none of sysfs, /dev or /proc, so it is not
+// a host root but a concern of its own.
+type driverRoot string
+
+const maxSymlinks = 40
+
+var errSymlinkLoop = errors.New("too many levels of symbolic links")
+
+// files finds the driver's libraries of version and their links in libDirs,
+// and the driver binaries in binDirs, as read-only mounts sorted by
+// container path. It fails when libcuda.so.<version> is not among them.
+func (root driverRoot) files(version string, libDirs, binDirs []string) ([]*cdispec.Mount, error) {
 	if version == "" || strings.ContainsAny(version, "/*?[") {
 		return nil, fmt.Errorf("driver version %q: not a version", version)
 	}
-	libs, err := libraryMounts(root, version, libDirs)
+	libs, err := root.libraryMounts(version, libDirs)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +44,7 @@ func driverFiles(root, version string, libDirs, binDirs []string) ([]*cdispec.Mo
 		return nil, fmt.Errorf("driver %s: libcuda.so.%s not found under driver root %s (searched %s)",
 			version, version, root, strings.Join(libDirs, ", "))
 	}
-	bins, err := binaryMounts(root, binDirs)
+	bins, err := root.binaryMounts(binDirs)
 	if err != nil {
 		return nil, err
 	}
@@ -47,12 +59,12 @@ func driverFiles(root, version string, libDirs, binDirs []string) ([]*cdispec.Mo
 // /usr/lib/x86_64-linux-gnu may lead into its nvidia/current). Each is
 // mounted at its own path and, once per name (the first folder's wins), at
 // ContainerLibDir/<name>.
-func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error) {
+func (root driverRoot) libraryMounts(version string, dirs []string) ([]*cdispec.Mount, error) {
 	type entry struct{ dir, name string }
 	var libs, links []entry
 	seen := map[string]bool{} // resolved folders
 	for _, dir := range dirs {
-		rdir, names, err := readDirIn(root, dir)
+		rdir, names, err := root.readDir(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -73,14 +85,14 @@ func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error
 	mount := func(target, container string) {
 		if !mounted[container] {
 			mounted[container] = true
-			mounts = append(mounts, roMount(filepath.Join(root, target), container))
+			mounts = append(mounts, roMount(root.join(target), container))
 		}
 	}
 	targets := map[string]bool{} // resolved paths of the libraries
 	type alias struct{ target, name string }
 	var aliases []alias // the ContainerLibDir mounts
 	for _, e := range libs {
-		target, ok, err := regularIn(root, path.Join(e.dir, e.name))
+		target, ok, err := root.regular(path.Join(e.dir, e.name))
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +103,7 @@ func libraryMounts(root, version string, dirs []string) ([]*cdispec.Mount, error
 		}
 	}
 	for _, e := range links {
-		target, ok, err := regularIn(root, path.Join(e.dir, e.name))
+		target, ok, err := root.regular(path.Join(e.dir, e.name))
 		if err != nil {
 			return nil, err
 		}
@@ -118,11 +130,11 @@ func isDriverLibrary(name, version string) bool {
 }
 
 // binaryMounts mounts the first of each driver binary found in the folders.
-func binaryMounts(root string, dirs []string) ([]*cdispec.Mount, error) {
+func (root driverRoot) binaryMounts(dirs []string) ([]*cdispec.Mount, error) {
 	var mounts []*cdispec.Mount
 	found := map[string]bool{}
 	for _, dir := range dirs {
-		rdir, names, err := readDirIn(root, dir)
+		rdir, names, err := root.readDir(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -130,30 +142,30 @@ func binaryMounts(root string, dirs []string) ([]*cdispec.Mount, error) {
 			if found[name] || !slices.Contains(names, name) {
 				continue
 			}
-			target, ok, err := regularIn(root, path.Join(rdir, name))
+			target, ok, err := root.regular(path.Join(rdir, name))
 			if err != nil {
 				return nil, err
 			}
 			if ok {
 				found[name] = true
-				mounts = append(mounts, roMount(filepath.Join(root, target), path.Join(rdir, name)))
+				mounts = append(mounts, roMount(root.join(target), path.Join(rdir, name)))
 			}
 		}
 	}
 	return mounts, nil
 }
 
-// readDirIn resolves dir inside root and lists it; a missing folder is
+// readDir resolves dir inside root and lists it; a missing folder is
 // empty.
-func readDirIn(root, dir string) (string, []string, error) {
-	rdir, err := resolveIn(root, dir)
+func (root driverRoot) readDir(dir string) (string, []string, error) {
+	rdir, err := root.resolve(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return dir, nil, nil
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("driver folder %s under %s: %w", dir, root, err)
 	}
-	entries, err := os.ReadDir(filepath.Join(root, rdir))
+	entries, err := os.ReadDir(root.join(rdir))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 		return rdir, nil, nil
 	}
@@ -167,19 +179,71 @@ func readDirIn(root, dir string) (string, []string, error) {
 	return rdir, names, nil
 }
 
-// regularIn resolves p inside root and says whether it is a regular file;
+// regular resolves p inside root and says whether it is a regular file;
 // dangling links and loops are not, other errors are returned.
-func regularIn(root, p string) (string, bool, error) {
-	target, err := resolveIn(root, p)
+func (root driverRoot) regular(p string) (string, bool, error) {
+	target, err := root.resolve(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, errSymlinkLoop) {
 			return "", false, nil
 		}
 		return "", false, fmt.Errorf("driver file %s under %s: %w", p, root, err)
 	}
-	fi, err := os.Stat(filepath.Join(root, target))
+	fi, err := os.Stat(root.join(target))
 	if err != nil {
 		return "", false, fmt.Errorf("driver file %s under %s: %w", p, root, err)
 	}
 	return target, fi.Mode().IsRegular(), nil
+}
+
+// join is the host path of p, a path inside root.
+func (root driverRoot) join(p string) string { return filepath.Join(string(root), p) }
+
+// resolve follows every symlink of p (a path inside root) within root, the
+// way the root's own processes would see it: absolute targets start again
+// at root and ".." stops at root. It returns the resolved path inside root,
+// absolute and clean.
+func (root driverRoot) resolve(p string) (string, error) {
+	resolved := "" // "" is root itself
+	rest := strings.Split(p, "/")
+	hops := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			resolved = strings.TrimSuffix(path.Dir("/"+resolved), "/")
+			if resolved == "/" {
+				resolved = ""
+			}
+			continue
+		}
+		next := resolved + "/" + c
+		host := root.join(next)
+		fi, err := os.Lstat(host)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if hops++; hops > maxSymlinks {
+			return "", fmt.Errorf("resolve %s in %s: %w", p, root, errSymlinkLoop)
+		}
+		target, err := os.Readlink(host)
+		if err != nil {
+			return "", err
+		}
+		if strings.HasPrefix(target, "/") {
+			resolved = ""
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	if resolved == "" {
+		return "/", nil
+	}
+	return resolved, nil
 }

@@ -118,25 +118,14 @@ func TestResolveIn(t *testing.T) {
 		"/lib/a": "/usr/lib/a", "/abs": "/usr/lib/a", "/up": "/usr/lib/a",
 		"/lib/../lib/./a": "/usr/lib/a", "/": "/", "../..": "/",
 	} {
-		got, err := resolveIn(root, in)
+		got, err := driverRoot(root).resolve(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
-	_, err := resolveIn(root, "/loop1")
+	_, err := driverRoot(root).resolve("/loop1")
 	require.ErrorIs(t, err, errSymlinkLoop)
-	_, err = resolveIn(root, "/lib/missing")
+	_, err = driverRoot(root).resolve("/lib/missing")
 	require.ErrorIs(t, err, os.ErrNotExist)
-}
-
-func TestCharMajors(t *testing.T) {
-	h := newFakeHost(t)
-	m, err := charMajors(h.proc)
-	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"mem": 1, "nvidia-frontend": 195, "nvidia-caps": 237, "nvidia-uvm": 508}, m)
-
-	m, err = charMajors(filepath.Join(h.proc, "missing"))
-	require.NoError(t, err)
-	assert.Empty(t, m)
 }
 
 // mountsTo is the mounts of spec whose host path is target (inside the

@@ -2,12 +2,16 @@ package gpucdi
 
 import (
 	"path/filepath"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // DefaultKind is the CDI kind of the spec unless Options.Kind says otherwise.
 const DefaultKind = "nvidia.com/gpu"
 
-// Options are the injected host paths and the kind of a spec.
+// Options are the injected host paths and the kind of a spec. DevRoot and
+// ProcRoot are read through package host's model; DriverRoot through
+// gpucdi's own driver-root reader (driverroot.go).
 type Options struct {
 	DevRoot    string // default /dev
 	DriverRoot string // default /
@@ -52,9 +56,9 @@ func driverBinaries() []string {
 }
 
 func (o Options) withDefaults() Options {
-	o.DevRoot = orDefault(o.DevRoot, "/dev")
+	o.DevRoot = orDefault(o.DevRoot, host.DefaultDevRoot)
 	o.DriverRoot = orDefault(o.DriverRoot, "/")
-	o.ProcRoot = orDefault(o.ProcRoot, "/proc")
+	o.ProcRoot = orDefault(o.ProcRoot, host.DefaultProcRoot)
 	if o.Kind == "" {
 		o.Kind = DefaultKind
 	}

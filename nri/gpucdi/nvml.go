@@ -5,7 +5,6 @@ package gpucdi
 import (
 	"fmt"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
@@ -103,7 +102,7 @@ func discoverGPU(i int, d nvml.Device) (GPU, error) {
 // the error wraps nvml.ERROR_LIBRARY_NOT_FOUND and says why.
 func OpenNVML(o Options) (lib nvml.Interface, shutdown func() error, err error) {
 	o = o.withDefaults()
-	p, err := findLibrary(o.DriverRoot, o.LibDirs, nvmlLibrary)
+	p, err := findLibrary(driverRoot(o.DriverRoot), o.LibDirs, nvmlLibrary)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,14 +129,14 @@ func OpenNVML(o Options) (lib nvml.Interface, shutdown func() error, err error) 
 
 // findLibrary returns the host path of the regular file name resolves to
 // in the first of dirs (inside root) that has it.
-func findLibrary(root string, dirs []string, name string) (string, error) {
+func findLibrary(root driverRoot, dirs []string, name string) (string, error) {
 	for _, dir := range dirs {
-		target, ok, err := regularIn(root, path.Join(dir, name))
+		target, ok, err := root.regular(path.Join(dir, name))
 		if err != nil {
 			return "", fmt.Errorf("load NVML: %w", err)
 		}
 		if ok {
-			return filepath.Join(root, target), nil
+			return root.join(target), nil
 		}
 	}
 	return "", fmt.Errorf("load NVML: %s not found under driver root %s (searched %s): %w",

@@ -3,7 +3,6 @@ package gpucdi
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -35,16 +34,21 @@ func controlNodes() []controlNode {
 	}
 }
 
-// Build makes the CDI spec of an inventory, reading the host through the
-// roots of o. The spec passes Validate and has the lowest cdiVersion its
+// Build makes the CDI spec of an inventory, reading the host's /dev and
+// /proc through the host model over o's roots and the driver's files under
+// o.DriverRoot. The spec passes Validate and has the lowest cdiVersion its
 // content allows.
 func Build(inv Inventory, o Options) (*cdispec.Spec, error) {
 	o = o.withDefaults()
-	majors, err := charMajors(o.ProcRoot)
+	return build(inv, o, hostModel(o))
+}
+
+func build(inv Inventory, o Options, h hostDevices) (*cdispec.Spec, error) {
+	majors, err := h.CharMajors()
 	if err != nil {
 		return nil, err
 	}
-	caps, err := newMigCaps(o.ProcRoot)
+	caps, err := h.MIGCaps()
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +68,10 @@ func Build(inv Inventory, o Options) (*cdispec.Spec, error) {
 		}
 	}
 	for _, g := range inv.GPUs {
-		gpuNode := devNode(o.DevRoot, "nvidia"+strconv.Itoa(g.Minor), nvidiaMajor, int64(g.Minor))
+		gpuNode, err := devNode(h, "nvidia"+strconv.Itoa(g.Minor), nvidiaMajor, int64(g.Minor))
+		if err != nil {
+			return nil, err
+		}
 		add(names(strconv.Itoa(g.Index), g.UUID), gpuNode)
 		for _, m := range g.MIG {
 			nodes := []*cdispec.DeviceNode{gpuNode}
@@ -72,11 +79,15 @@ func Build(inv Inventory, o Options) (*cdispec.Spec, error) {
 				fmt.Sprintf("gpu%d/gi%d/access", g.Minor, m.GI),
 				fmt.Sprintf("gpu%d/gi%d/ci%d/access", g.Minor, m.GI, m.CI),
 			} {
-				minor, err := caps.minor(id)
+				minor, err := caps.Minor(id)
 				if err != nil {
 					return nil, fmt.Errorf("MIG device %d:%d (%s): %w", g.Index, m.Index, m.UUID, err)
 				}
-				nodes = append(nodes, devNode(o.DevRoot, "nvidia-caps/nvidia-cap"+strconv.FormatInt(minor, 10), majors["nvidia-caps"], minor))
+				n, err := devNode(h, "nvidia-caps/nvidia-cap"+strconv.FormatInt(minor, 10), majors["nvidia-caps"], minor)
+				if err != nil {
+					return nil, err
+				}
+				nodes = append(nodes, n)
 			}
 			add(names(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID), nodes...)
 		}
@@ -86,16 +97,23 @@ func Build(inv Inventory, o Options) (*cdispec.Spec, error) {
 	}
 
 	for _, c := range controlNodes() {
+		if len(inv.GPUs) == 0 {
+			break
+		}
 		major, listed := c.major, false
 		if c.driver != "" {
 			major, listed = majors[c.driver]
 		}
-		if len(inv.GPUs) == 0 || !c.always && !listed && !exists(filepath.Join(o.DevRoot, c.name)) {
+		d, err := h.DevNode(c.name)
+		if err != nil {
+			return nil, fmt.Errorf("CDI device node /dev/%s: %w", c.name, err)
+		}
+		if !c.always && !listed && !d.Exists {
 			continue
 		}
-		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, devNode(o.DevRoot, c.name, major, c.minor))
+		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, nodeOf(d, c.name, major, c.minor))
 	}
-	mounts, err := driverFiles(o.DriverRoot, inv.DriverVersion, o.LibDirs, o.BinDirs)
+	mounts, err := driverRoot(o.DriverRoot).files(inv.DriverVersion, o.LibDirs, o.BinDirs)
 	if err != nil {
 		return nil, err
 	}
