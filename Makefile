@@ -61,6 +61,7 @@ generate: ## Regenerate deepcopy code, CRDs (and the Helm chart's copy) and RBAC
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 object paths=./operator/api/... crd output:crd:artifacts:config=manifests/crds
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 rbac:roleName=sandbox-gpu-operator paths=./operator/controllers/... output:rbac:artifacts:config=manifests/rbac
 	cp manifests/crds/*.yaml manifests/helm/sandbox-gpu/crds/
+	sed 's/namespace: sandbox-gpu$$/namespace: {{ .Values.operator.namespace }}/' manifests/rbac/role.yaml > manifests/helm/sandbox-gpu/templates/rbac.yaml
 
 unit: $(NOSKIP)
 unit: ## Unit and integration tests of the product module (envtest included), with the race detector

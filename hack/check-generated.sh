@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # check-generated.sh: fails when a generated file is not what `make generate` makes from the sources
-# (deepcopy code, CRDs, RBAC, and the Helm chart's copy of the CRDs). It regenerates in place, so after
+# (deepcopy code, CRDs, RBAC, and the Helm chart's copies of the CRDs and the RBAC). It regenerates in place, so after
 # a failure the tree holds the current files: look at `git diff`, then commit them.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-paths=(operator/api/v1alpha1/zz_generated.deepcopy.go manifests/crds manifests/rbac/role.yaml manifests/helm/sandbox-gpu/crds)
+paths=(operator/api/v1alpha1/zz_generated.deepcopy.go manifests/crds manifests/rbac/role.yaml manifests/helm/sandbox-gpu/crds manifests/helm/sandbox-gpu/templates/rbac.yaml)
 before=$(mktemp -d)
 trap 'rm -rf "$before"' EXIT
 for p in "${paths[@]}"; do
