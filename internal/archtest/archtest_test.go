@@ -1,0 +1,62 @@
+// Package archtest holds tests only: they keep the architecture's rules
+// holding over the whole product module.
+//
+//   - deps_test.go: no shipped command (a main package under cmd/) links
+//     test code: the package testing, the simulated kernel (host/hostsim),
+//     our test helper packages (*test, *testutil) or a test library.
+//   - hostdoor_test.go: only package host reads sysfs, /dev and /proc; no
+//     other product code asks the host model for its roots, reads the
+//     shell's root flags, globs, or names a host path of sysfs or /proc.
+//
+// Each rule is proven able to fail by a table test on synthetic input.
+package archtest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// modulePath is the product module's path.
+const modulePath = "github.com/sandbox-gpu/sandbox-gpu"
+
+// moduleRoot is the folder of the product module's go.mod, found upward
+// from the test's folder.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("working folder: %v", err)
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module "+modulePath+"\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("no go.mod of %s above the test's folder", modulePath)
+		}
+		dir = parent
+	}
+}
+
+// goTool runs the go command in dir with extra environment and returns
+// its standard output, failing the test (with standard error) when it
+// fails.
+func goTool(t *testing.T, dir string, env []string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s (%s): %v\n%s", strings.Join(args, " "), strings.Join(env, " "), err, stderr.Bytes())
+	}
+	return out
+}
