@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -106,50 +107,62 @@ func restoreIPTables(before map[string]map[string]*iptablesTable, logf func(stri
 	}
 	var errs []error
 	for family, tables := range now {
-		var script strings.Builder
-		for name, t := range tables {
-			var old iptablesTable
-			if b := before[family][name]; b != nil {
-				old = *b
-			}
-			var added []string
-			for _, c := range t.Chains {
-				if managedChain(c) && !slices.Contains(old.Chains, c) {
-					added = append(added, c)
-				}
-			}
-			if len(added) == 0 {
-				continue
-			}
-			fmt.Fprintf(&script, "*%s\n", name)
-			for _, r := range t.Rules {
-				f := strings.Fields(r)
-				if len(f) < 2 || slices.Contains(added, f[1]) || slices.Contains(old.Rules, r) {
-					continue // a rule of a chain about to go, or one that was there before
-				}
-				if jumpsTo(f, added) {
-					fmt.Fprintf(&script, "-D %s\n", strings.TrimPrefix(r, "-A "))
-				}
-			}
-			for _, c := range added {
-				fmt.Fprintf(&script, "-F %s\n", c)
-			}
-			for _, c := range added {
-				fmt.Fprintf(&script, "-X %s\n", c)
-			}
-			script.WriteString("COMMIT\n")
-			logf("cleanup: removing iptables %s %s chains %s", family, name, strings.Join(added, ", "))
-		}
-		if script.Len() == 0 {
+		script, removed := iptablesCleanup(before[family], tables)
+		if script == "" {
 			continue
 		}
+		logf("cleanup: removing iptables %s chains %s", family, strings.Join(removed, ", "))
 		cmd := exec.Command(iptablesFamilies[family][1], "--noflush")
-		cmd.Stdin = strings.NewReader(script.String())
+		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w: %s\n%s", iptablesFamilies[family][1], err, out, script.String()))
+			errs = append(errs, fmt.Errorf("%s: %w: %s\n%s", iptablesFamilies[family][1], err, out, script))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// iptablesCleanup is the iptables-restore --noflush input that takes one family's tables from now
+// back to before: the rules of older chains that jump to a managed chain made since are deleted,
+// then those chains flushed and deleted. It also returns the chains (table/chain), sorted.
+func iptablesCleanup(before, now map[string]*iptablesTable) (string, []string) {
+	var script strings.Builder
+	var removed []string
+	names := slices.Sorted(maps.Keys(now))
+	for _, name := range names {
+		t := now[name]
+		var old iptablesTable
+		if b := before[name]; b != nil {
+			old = *b
+		}
+		var added []string
+		for _, c := range t.Chains {
+			if managedChain(c) && !slices.Contains(old.Chains, c) {
+				added = append(added, c)
+				removed = append(removed, name+"/"+c)
+			}
+		}
+		if len(added) == 0 {
+			continue
+		}
+		fmt.Fprintf(&script, "*%s\n", name)
+		for _, r := range t.Rules {
+			f := strings.Fields(r)
+			if len(f) < 2 || slices.Contains(added, f[1]) || slices.Contains(old.Rules, r) {
+				continue // a rule of a chain about to go, or one that was there before
+			}
+			if jumpsTo(f, added) {
+				fmt.Fprintf(&script, "-D %s\n", strings.TrimPrefix(r, "-A "))
+			}
+		}
+		for _, c := range added {
+			fmt.Fprintf(&script, "-F %s\n", c)
+		}
+		for _, c := range added {
+			fmt.Fprintf(&script, "-X %s\n", c)
+		}
+		script.WriteString("COMMIT\n")
+	}
+	return script.String(), removed
 }
 
 // jumpsTo reports whether a rule's fields jump (-j) or go (-g) to one of chains.
