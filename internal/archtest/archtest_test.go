@@ -6,7 +6,9 @@
 //     our test helper packages (*test, *testutil) or a test library.
 //   - hostdoor_test.go: only package host reads sysfs, /dev and /proc; no
 //     other product code asks the host model for its roots, reads the
-//     shell's root flags, globs, or names a host path of sysfs or /proc.
+//     shell's root flags, globs, names a path of /sys or /proc, or hands a
+//     /dev path to a file-system call (a short allow-list says where and
+//     why not).
 //
 // Each rule is proven able to fail by a table test on synthetic input.
 package archtest
