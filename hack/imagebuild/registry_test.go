@@ -61,7 +61,6 @@ http:
 `, filepath.Join(dir, "storage")), 0o644)
 
 	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
