@@ -14,7 +14,7 @@ NOSKIP        := $(CURDIR)/.cache/tools/noskip
 # The shipped binaries: one per folder under cmd/ (the demo is an application of its own, in demo/).
 BINARIES      := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test check unit fuzz e2e test-deps envtest-assets envtest-compat generate check-generated check-fmt bench lint fmt demo demo-status clean
+.PHONY: images push images-test help build test check unit fuzz e2e test-deps envtest-assets envtest-compat generate check-generated check-fmt bench lint fmt demo demo-status clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ build: ## Build every binary into bin/: static, except nri-gpu-plugin (cgo: NVML
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(filter-out $(CGO_BINARIES),$(BINARIES)))
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(CGO_BINARIES))
 
-test: test-deps check unit fuzz e2e ## What CI runs: format and generated-file checks, unit tests (race), fuzzing, the end-to-end suites; any skip fails
+test: test-deps check unit fuzz images-test e2e ## What CI runs: format and generated-file checks, unit tests (race), fuzzing, the end-to-end suites; any skip fails
 
 $(NOSKIP): hack/noskip/main.go
 	$(GO) build -o $@ ./hack/noskip
@@ -43,6 +43,7 @@ test-deps: ## Install QEMU and the Debian kernel, containerd and runc, build env
 	./hack/fetch-kernel.sh
 	GO=$(GO) ./hack/fetch-containerd.sh >/dev/null
 	GO=$(GO) ./hack/envtest-assets.sh >/dev/null
+	./hack/images.sh deps
 
 envtest-assets: ## Build kube-apiserver and etcd for envtest into .cache/envtest-bin (cached; cold ~5 min, ~2 GB RAM)
 	GO=$(GO) ./hack/envtest-assets.sh
@@ -93,9 +94,25 @@ lint: ## go vet and staticcheck over both modules
 	cd test && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd test && $(GO) run $(STATICCHECK) ./...
+	cd hack/imagebuild && GOWORK=off $(GO) vet ./...
+	cd hack/imagebuild && GOWORK=off $(GO) run $(STATICCHECK) ./...
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
+
+REGISTRY      ?= ghcr.io/sandbox-gpu
+VERSION       ?= v0.1.0
+INSECURE      ?= 0
+
+images: ## One OCI image archive per shipped binary in bin/images/<binary>.tar, no container daemon, same sources same digests (REGISTRY, VERSION)
+	GO=$(GO) REGISTRY=$(REGISTRY) VERSION=$(VERSION) CGO_BINARIES="$(CGO_BINARIES)" ./hack/images.sh build
+
+push: images ## Push bin/images/*.tar to REGISTRY (INSECURE=1: plain HTTP, no TLS verification)
+	GO=$(GO) REGISTRY=$(REGISTRY) VERSION=$(VERSION) INSECURE=$(INSECURE) ./hack/images.sh push
+
+images-test: $(NOSKIP)
+images-test: ## hack/imagebuild's tests: reproducible digests, layer contents, the NRI image's glibc and dlopen, push/pull through Debian's docker-registry
+	set -o pipefail; cd hack/imagebuild && GOWORK=off GOFLAGS=-mod=readonly $(GO) test -json -count=1 ./... | $(NOSKIP)
 
 demo: ## The whole story on an embedded default: envtest's kube-apiserver, the operator, and the real operands on simulated GPU hosts (no cluster, no GPU)
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && \
