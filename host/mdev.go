@@ -14,7 +14,8 @@ import (
 // /sys/bus/mdev/devices/<uuid>.
 type Mdev struct {
 	UUID        string
-	Parent      Address // the GPU (or SR-IOV VF) it lives on
+	Parent      Address // the GPU (or SR-IOV VF) it lives on; "" for a parent that is no PCI function
+	ParentName  string  // the parent's sysfs name: the PCI address, or e.g. "mtty"
 	TypeID      string  // mdev_supported_types folder, e.g. nvidia-558
 	TypeName    string  // e.g. "NVIDIA A10-4Q"
 	IOMMUGroup  int
@@ -50,8 +51,9 @@ func readMdev(dir, uuid string) (Mdev, error) {
 	if err != nil {
 		return m, fmt.Errorf("mdev %s: %w", uuid, err)
 	}
-	if m.Parent, err = ParseAddress(filepath.Base(filepath.Dir(real))); err != nil {
-		return m, fmt.Errorf("mdev %s: parent of %s: %w", uuid, real, err)
+	m.ParentName = filepath.Base(filepath.Dir(real))
+	if a, err := ParseAddress(m.ParentName); err == nil && string(a) == m.ParentName {
+		m.Parent = a // a parent that is no PCI function (the kernel's mtty sample) has none
 	}
 	if m.TypeID, err = linkBase(filepath.Join(dir, "mdev_type")); err != nil {
 		return m, err

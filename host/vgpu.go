@@ -26,10 +26,29 @@ type MdevType struct {
 	FramebufferMB int
 }
 
+// mdevParentDir is a parent's folder: /sys/class/mdev_bus/<name> as the
+// mdev core registers every parent (a PCI address, or a name such as mtty
+// for a parent that is no PCI function), else the PCI function's folder.
+func (h *Host) mdevParentDir(parent Address) (string, error) {
+	if !validName(string(parent)) {
+		return "", fmt.Errorf("invalid mdev parent %q", parent)
+	}
+	dir := filepath.Join(h.sysfs, "class", "mdev_bus", string(parent))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	return h.functionDir(parent), nil
+}
+
 // MdevTypes lists the mdev types a parent offers, sorted by id; none when
-// it has no mdev_supported_types folder.
+// it has no mdev_supported_types folder. parent is a PCI address or the
+// parent's name under /sys/class/mdev_bus.
 func (h *Host) MdevTypes(parent Address) ([]MdevType, error) {
-	dir := filepath.Join(h.functionDir(parent), "mdev_supported_types")
+	pdir, err := h.mdevParentDir(parent)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(pdir, "mdev_supported_types")
 	names, err := dirNames(dir)
 	if err != nil {
 		return nil, err
@@ -111,12 +130,17 @@ func (h *Host) ReadMdev(uuid string) (m Mdev, ok bool, err error) {
 	return m, true, nil
 }
 
-// CreateMdev writes uuid to the create attribute of a parent's mdev type.
+// CreateMdev writes uuid to the create attribute of a parent's mdev type
+// (parent as for MdevTypes).
 func (h *Host) CreateMdev(parent Address, typeID, uuid string) error {
 	if !validName(typeID) || !isUUID(uuid) {
 		return fmt.Errorf("mdev parent %s: invalid type %q or UUID %q", parent, typeID, uuid)
 	}
-	p := filepath.Join(h.functionDir(parent), "mdev_supported_types", typeID, "create")
+	pdir, err := h.mdevParentDir(parent)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(pdir, "mdev_supported_types", typeID, "create")
 	if err := h.write(p, uuid); err != nil {
 		return fmt.Errorf("mdev parent %s: create %s of type %s: %w", parent, uuid, typeID, err)
 	}

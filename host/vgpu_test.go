@@ -73,3 +73,38 @@ func TestMdevInUse(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 }
+
+// TestNonPCIMdevParent: the kernel's mtty sample registers a parent that is
+// no PCI function (/sys/class/mdev_bus/mtty -> devices/virtual/mtty/mtty);
+// its types read by name, and its mdevs list with no PCI parent instead of
+// failing every reader.
+func TestNonPCIMdevParent(t *testing.T) {
+	_, h := hostsim.NewHost(t, "a10")
+	sys := h.SysfsRoot()
+	parent := filepath.Join(sys, "devices/virtual/mtty/mtty")
+	typeDir := filepath.Join(parent, "mdev_supported_types/mtty-1")
+	require.NoError(t, os.MkdirAll(typeDir, 0o755))
+	for name, v := range map[string]string{"name": "Single port serial", "available_instances": "24", "device_api": "vfio-pci", "create": ""} {
+		require.NoError(t, os.WriteFile(filepath.Join(typeDir, name), []byte(v+"\n"), 0o644))
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "class/mdev_bus"), 0o755))
+	require.NoError(t, os.Symlink("../../devices/virtual/mtty/mtty", filepath.Join(sys, "class/mdev_bus/mtty")))
+	ts, err := h.MdevTypes("mtty")
+	require.NoError(t, err)
+	require.Len(t, ts, 1)
+	assert.Equal(t, host.MdevType{ID: "mtty-1", Name: "Single port serial", Available: 24}, ts[0])
+
+	const uuid = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+	require.NoError(t, os.MkdirAll(filepath.Join(parent, uuid), 0o755))
+	require.NoError(t, os.Symlink("../mdev_supported_types/mtty-1", filepath.Join(parent, uuid, "mdev_type")))
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "bus/mdev/devices"), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/virtual/mtty/mtty/"+uuid, filepath.Join(sys, "bus/mdev/devices", uuid)))
+	ms, err := h.Mdevs()
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	assert.Equal(t, host.Address(""), ms[0].Parent)
+	assert.Equal(t, "mtty", ms[0].ParentName)
+	assert.Equal(t, "Single port serial", ms[0].TypeName)
+	_, err = h.MdevTypes("../x")
+	assert.Error(t, err)
+}

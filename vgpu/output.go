@@ -102,10 +102,11 @@ func WriteJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// WriteTable writes a plan or apply report as tables.
+// WriteTable writes a plan or apply report as tables: the GPUs, then the
+// actions, then the refusals.
 func WriteTable(w io.Writer, r Report) error {
+	fmt.Fprintf(w, "Config %q of %s\n", r.Config, r.File)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Config %q of %s\n", r.Config, r.File)
 	fmt.Fprintln(tw, "GPU\tADDRESS\tDEVICE\tBACKEND\tWANT\tHAVE")
 	for _, g := range r.GPUs {
 		want := counts(g.Want)
@@ -114,14 +115,19 @@ func WriteTable(w io.Writer, r Report) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Address, g.Device, g.Backend, want, counts(g.Have))
 	}
-	verb := "DONE"
-	if r.DryRun {
-		verb = "PLANNED"
+	if err := tw.Flush(); err != nil {
+		return err
 	}
 	if len(r.Actions) == 0 && len(r.Refused) == 0 {
-		fmt.Fprintln(tw, "Nothing to do: every GPU holds the vGPUs the config asks for")
+		_, err := fmt.Fprintln(w, "Nothing to do: every GPU holds the vGPUs the config asks for")
+		return err
 	}
 	if len(r.Actions) > 0 {
+		verb := "DONE"
+		if r.DryRun {
+			verb = "PLANNED"
+		}
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "%s\tGPU\tOP\tTYPE\tID\tPARENT\n", verb)
 		for _, a := range r.Actions {
 			id := a.ID
@@ -130,14 +136,19 @@ func WriteTable(w io.Writer, r Report) error {
 			}
 			fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s\n", a.GPU, a.Op, dash(a.Type), dash(id), dash(string(a.Parent)))
 		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	if len(r.Refused) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "REFUSED\tGPU\tADDRESS\tREASON")
 		for _, x := range r.Refused {
 			fmt.Fprintf(tw, "\t%d\t%s\t%s\n", x.GPU, dash(string(x.Address)), x.Reason)
 		}
+		return tw.Flush()
 	}
-	return tw.Flush()
+	return nil
 }
 
 func counts(m map[string]int) string {
