@@ -193,3 +193,42 @@ func TestVendorVFIOCurrentVGPUType(t *testing.T) {
 	assert.Equal(t, map[string]int{"NVIDIA L40S-24A": 1}, k.VGPUCounts(string(pf)))
 	assert.Equal(t, map[string]int{}, k.VGPUCounts("0000:c1:00.0"), "the other card is untouched")
 }
+
+// TestVGPUTreeLooksLikeSysfs: what the vGPU writes create has the kernel's
+// shape: relative symlinks for mdev_type, driver, iommu_group, the mdev bus
+// entry, physfn and virtfnN; each VF and each mdev alone in its group.
+func TestVGPUTreeLooksLikeSysfs(t *testing.T) {
+	relLink := func(t *testing.T, p string) string {
+		t.Helper()
+		require.True(t, isSymlink(t, p), "%s is a symlink", p)
+		target, err := os.Readlink(p)
+		require.NoError(t, err)
+		assert.False(t, filepath.IsAbs(target), "relative like the kernel's: %s -> %s", p, target)
+		real, err := filepath.EvalSymlinks(p)
+		require.NoError(t, err)
+		return real
+	}
+	k, h := hostsim.NewHost(t, "a100-sriov-vgpu")
+	require.NoError(t, h.SetNumVFs("0000:41:00.0", 16))
+	vf := sysPath(k, "bus/pci/devices/0000:41:00.5")
+	pf := relLink(t, sysPath(k, "bus/pci/devices/0000:41:00.0"))
+	assert.Equal(t, pf, relLink(t, filepath.Join(vf, "physfn")))
+	assert.Equal(t, relLink(t, vf), relLink(t, filepath.Join(pf, "virtfn1")))
+	assert.Equal(t, sysPath(k, "kernel/iommu_groups/101"), relLink(t, filepath.Join(vf, "iommu_group")))
+	assert.Equal(t, sysPath(k, "bus/pci/drivers/nvidia"), relLink(t, filepath.Join(vf, "driver")))
+	assert.Equal(t, relLink(t, vf), relLink(t, sysPath(k, "class/mdev_bus/0000:41:00.5")))
+
+	require.NoError(t, h.CreateMdev("0000:41:00.5", "nvidia-475", u1))
+	dev := relLink(t, sysPath(k, "bus/mdev/devices", u1))
+	assert.Equal(t, filepath.Join(relLink(t, vf), u1), dev, "the mdev lives under its parent")
+	assert.Equal(t, filepath.Join(relLink(t, vf), "mdev_supported_types/nvidia-475"), relLink(t, filepath.Join(dev, "mdev_type")))
+	assert.Equal(t, "nvidia-vgpu-vfio", filepath.Base(relLink(t, filepath.Join(dev, "driver"))))
+	group := relLink(t, filepath.Join(dev, "iommu_group"))
+	members, err := os.ReadDir(filepath.Join(group, "devices"))
+	require.NoError(t, err)
+	require.Len(t, members, 1)
+	assert.Equal(t, dev, relLink(t, filepath.Join(group, "devices", u1)))
+	assert.Equal(t, dev, relLink(t, filepath.Join(relLink(t, vf), "mdev_supported_types/nvidia-475/devices", u1)))
+	assert.FileExists(t, filepath.Join(dev, "remove"))
+	assert.FileExists(t, filepath.Join(k.Root(), "dev/vfio", filepath.Base(group)))
+}
