@@ -21,7 +21,7 @@ import (
 // converged (target: under 150 MiB).
 func BenchmarkOperatorRSS(b *testing.B) {
 	if skipReason != "" {
-		b.Skip(skipReason)
+		testutil.MissingPeer(b, "%s", skipReason)
 	}
 	const nodes = 5000
 	c, err := client.New(testCfg, client.Options{Scheme: testScheme})

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -73,7 +74,7 @@ func (w *writeCounter) total() int64 {
 // writes of a full resync (target 0) and the Go heap after convergence.
 func BenchmarkScale5000Nodes(b *testing.B) {
 	if skipReason != "" {
-		b.Skip(skipReason)
+		testutil.MissingPeer(b, "%s", skipReason)
 	}
 	const nodes = 5000
 	c, err := client.New(testCfg, client.Options{Scheme: testScheme})

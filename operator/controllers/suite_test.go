@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
@@ -68,7 +69,7 @@ func TestMain(m *testing.M) {
 func needEnv(t *testing.T) {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testutil.MissingPeer(t, "%s", skipReason)
 	}
 }
 
