@@ -70,8 +70,10 @@ type VGPU struct {
 // TypeNamer names the vGPU type ids a GPU supports (NVML's supported vGPU
 // types, for one). Vendor-specific VFIO shows a VF's type only as an id,
 // and creatable_vgpu_types lists names only for what can be created now:
-// on a full card, no list names the ids in use. The catalog names the ids
-// published for its models; a TypeNamer names the rest.
+// on a full card, no list names the ids in use, and on a used card the
+// types of other sizes are missing. The catalog names the ids published
+// for its models; a TypeNamer names the rest. It is asked once per
+// vendor-VFIO GPU and inventory, so it should cache.
 type TypeNamer interface {
 	TypeNames(gpu host.Address) (map[int]string, error)
 }
@@ -213,16 +215,13 @@ func readVendorGPU(h *host.Host, g *GPU, namer TypeNamer) error {
 		return nil
 	}
 	g.Backend = BackendVendorVFIO
-	for _, id := range current {
-		if _, ok := names[id]; id != 0 && !ok && namer != nil {
-			more, err := namer.TypeNames(g.Address)
-			if err != nil {
-				return fmt.Errorf("name vGPU type %d: %w", id, err)
-			}
-			for id, name := range more {
-				names[id] = host.ShortTypeName(name)
-			}
-			break
+	if namer != nil {
+		more, err := namer.TypeNames(g.Address)
+		if err != nil {
+			return fmt.Errorf("name its vGPU types: %w", err)
+		}
+		for id, name := range more {
+			names[id] = host.ShortTypeName(name)
 		}
 	}
 	for _, vf := range g.VFs {
