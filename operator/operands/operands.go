@@ -187,6 +187,9 @@ func apiAccess(ds *appsv1.DaemonSet) {
 }
 
 func devicePlugin(ds *appsv1.DaemonSet) {
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.Args = append(c.Args, "--health-addr=:8084")
+	probe(c, "/readyz", 8084)
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
 	mount(ds, "sys", "/sys", true)
 	mount(ds, "dev-vfio", "/dev/vfio", true)
@@ -204,6 +207,13 @@ func mount(ds *appsv1.DaemonSet, name, path string, readOnly bool) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
 }
 
+// probe makes the operand's listener (/healthz, /readyz, /metrics on port)
+// its readiness probe and names the port "metrics", which the chart's
+// PodMonitor scrapes.
 func probe(c *corev1.Container, path string, port int32) {
 	c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstrFrom(port)}}}
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: port, Protocol: corev1.ProtocolTCP})
 }
+
+// MetricsPortName is the name of every operand's /metrics port.
+const MetricsPortName = "metrics"

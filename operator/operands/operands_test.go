@@ -1,6 +1,7 @@
 package operands
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,5 +89,23 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}
+	}
+}
+
+// TestMetricsPorts: every operand with a listener probes it and names its
+// port "metrics" (what the chart's PodMonitor scrapes); the flag and the
+// port agree.
+func TestMetricsPorts(t *testing.T) {
+	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
+		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084}
+	for name, port := range want {
+		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+		require.NoError(t, err)
+		c := ds.Spec.Template.Spec.Containers[0]
+		require.Len(t, c.Ports, 1, name)
+		assert.Equal(t, MetricsPortName, c.Ports[0].Name, name)
+		assert.Equal(t, port, c.Ports[0].ContainerPort, name)
+		assert.Equal(t, port, c.ReadinessProbe.HTTPGet.Port.IntVal, name)
+		assert.Contains(t, c.Args, fmt.Sprintf("--health-addr=:%d", port), name)
 	}
 }
