@@ -92,3 +92,32 @@ func TestDefaultConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"H100L-4C": 23}, h100l[0].VGPUs)
 }
+
+// TestDefaultConfigOnEveryFixture: the built-in default applies on every
+// simulated vGPU host: two vGPUs of half the framebuffer per GPU.
+func TestDefaultConfigOnEveryFixture(t *testing.T) {
+	def, err := DefaultConfig()
+	require.NoError(t, err)
+	for fx, want := range map[string]map[string]int{
+		"a10-vgpu": {"A10-12Q": 2}, "a100-sriov-vgpu": {"A100-20C": 2}, "l40s-vgpu": {"L40S-24Q": 2}, "a10x8-vgpu": {"A10-12Q": 2},
+	} {
+		_, h := fixture(t, fx)
+		res := apply(t, h, def, DefaultConfigName, Options{}, ApplyOptions{})
+		require.True(t, res.OK(), "%s: %v", fx, res.Refused)
+		for addr, c := range countsOf(t, h) {
+			assert.Equal(t, want, c, "%s %s", fx, addr)
+		}
+	}
+	// A GPU the default does not know is left alone.
+	k, h := fixture(t, "workstation")
+	res := apply(t, h, def, DefaultConfigName, Options{}, ApplyOptions{})
+	assert.True(t, res.OK(), "%v", res.Refused)
+	assert.False(t, res.GPUs[0].Managed)
+	assert.Empty(t, k.Writes())
+	// A known GPU without the vGPU host driver is a config error (exit 1).
+	k, h = fixture(t, "hgx-h100")
+	_, err = PlanConfig(t.Context(), h, def, DefaultConfigName, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is NVIDIA's vGPU host driver loaded?")
+	assert.Empty(t, k.Writes())
+}
