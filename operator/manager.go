@@ -29,7 +29,14 @@ type Options struct {
 	Namespace string
 	// Registry and Version give the default operand images.
 	Registry, Version string
-	LeaderElection    bool
+	// ImagePullSecrets and ImagePullPolicy go to every operand pod (the
+	// policy's spec.imagePullSecrets are added, its imagePullPolicy wins).
+	ImagePullSecrets []string
+	ImagePullPolicy  corev1.PullPolicy
+	// OperandHostRoot is for tests only: operands that read the host read
+	// the simulated tree under it (operands.Options.HostRoot).
+	OperandHostRoot string
+	LeaderElection  bool
 	// MetricsAddr and HealthAddr: "0" turns them off.
 	MetricsAddr, HealthAddr string
 	// MetricsRegistry takes the operator's own metrics (nil:
@@ -90,7 +97,8 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(), Metrics: m,
-		Operands: operands.Options{Namespace: o.Namespace, Registry: o.Registry, Version: o.Version}}).SetupWithManager(mgr); err != nil {
+		Operands: operands.Options{Namespace: o.Namespace, Registry: o.Registry, Version: o.Version,
+			ImagePullSecrets: o.ImagePullSecrets, ImagePullPolicy: o.ImagePullPolicy, HostRoot: o.OperandHostRoot}}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient(), Metrics: m}).SetupWithManager(mgr); err != nil {

@@ -7,8 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
+	"strings"
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -32,6 +35,29 @@ func program() *shell.Program {
 				fs.StringVar(&o.Namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
 				fs.StringVar(&o.Registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
 				fs.StringVar(&o.Version, "operand-version", "v0.1.0", "tag of the default operand images")
+				fs.Func("image-pull-secret", "Secret in --namespace every operand pod pulls its image with (repeatable, or comma-separated)", func(v string) error {
+					for _, name := range strings.Split(v, ",") {
+						if name = strings.TrimSpace(name); name != "" {
+							o.ImagePullSecrets = append(o.ImagePullSecrets, name)
+						}
+					}
+					return nil
+				})
+				fs.Func("image-pull-policy", "pull policy of every operand container: Always, IfNotPresent or Never (default: the cluster's)", func(v string) error {
+					switch p := corev1.PullPolicy(v); p {
+					case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+						o.ImagePullPolicy = p
+						return nil
+					}
+					return fmt.Errorf("want Always, IfNotPresent or Never, got %q", v)
+				})
+				fs.Func("operand-host-root", "FOR TESTS ONLY: operands that read the host mount DIR/sys, DIR/dev and DIR/proc and read them instead of the node's (a simulated host)", func(v string) error {
+					if !path.IsAbs(v) || path.Clean(v) != v {
+						return fmt.Errorf("want a clean absolute path, got %q", v)
+					}
+					o.OperandHostRoot = v
+					return nil
+				})
 				fs.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among operator replicas")
 				fs.Float64Var(&qps, "kube-api-qps", 100, "API requests per second (client-side limit)")
 				fs.IntVar(&burst, "kube-api-burst", 200, "API request burst (client-side limit)")
@@ -53,7 +79,11 @@ func program() *shell.Program {
 				var synced atomic.Bool
 				env.AddReady("caches", func() (bool, any) { return synced.Load(), map[string]bool{"synced": synced.Load()} })
 				go func() { synced.Store(mgr.GetCache().WaitForCacheSync(ctx)) }()
-				env.Log.Info("Starting sandbox-gpu-operator", "namespace", o.Namespace, "leaderElect", o.LeaderElection)
+				env.Log.Info("Starting sandbox-gpu-operator", "namespace", o.Namespace, "leaderElect", o.LeaderElection,
+					"registry", o.Registry, "operandVersion", o.Version, "imagePullSecrets", o.ImagePullSecrets, "imagePullPolicy", o.ImagePullPolicy)
+				if o.OperandHostRoot != "" {
+					env.Log.Info("Operands read a simulated host: this is a test setup", "operandHostRoot", o.OperandHostRoot)
+				}
 				return mgr.Start(ctx)
 			}}}}
 }

@@ -1,6 +1,8 @@
 // Command sandbox-gpu-validator checks a sandbox GPU node's operands (VFIO
 // manager ready, device plugin resources advertised) and publishes the
-// KubeVirt device plugin's permittedHostDevices on its own Node.
+// KubeVirt device plugin's permittedHostDevices on its own Node; its
+// discover command is the GPU discovery agent that labels its own Node
+// from sysfs.
 package main
 
 import (
@@ -13,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sandbox-gpu/sandbox-gpu/discovery"
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
@@ -21,35 +25,78 @@ import (
 func main() { os.Exit(shell.Main(program())) }
 
 func program() *shell.Program {
+	return &shell.Program{Name: "sandbox-gpu-validator",
+		Summary:  "checks a sandbox GPU node's operands and publishes the KubeVirt device plugin's permittedHostDevices on its own Node; discover labels its own Node with its NVIDIA GPUs from sysfs",
+		Commands: []*shell.Command{validate(), discover()}}
+}
+
+// clientset builds a client from --kubeconfig (default: in-cluster, then
+// $KUBECONFIG).
+func clientset(kubeconfig string) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return cs, nil
+}
+
+func validate() *shell.Command {
 	var kubeconfig string
 	o := validator.Options{NodeName: os.Getenv("NODE_NAME")}
-	return &shell.Program{Name: "sandbox-gpu-validator",
-		Summary: "checks a sandbox GPU node's operands and publishes the KubeVirt device plugin's permittedHostDevices on its own Node",
-		Commands: []*shell.Command{{Roots: true, Listen: true, HealthAddr: ":8082", Daemon: true,
-			Flags: func(fs *flag.FlagSet) {
-				fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-				fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
-				fs.StringVar(&o.VFIOReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
-				fs.StringVar(&o.PermittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "the KubeVirt device plugin's permittedHostDevices file")
-				fs.DurationVar(&o.Resync, "resync", time.Minute, "re-check this often without an event")
-			},
-			Run: func(ctx context.Context, env *shell.Env) error {
-				rules := clientcmd.NewDefaultClientConfigLoadingRules()
-				rules.ExplicitPath = kubeconfig
-				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-				if err != nil {
-					return fmt.Errorf("kubeconfig: %w", err)
-				}
-				if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-					return fmt.Errorf("client: %w", err)
-				}
-				o.Log, o.Registerer = env.Log, env.Metrics
-				v, err := validator.New(o)
-				if err != nil {
-					return err
-				}
-				env.AddReady("validator", func() (bool, any) { r := v.Report(); return r.Ready, r })
-				env.Log.Info("Validating", "node", o.NodeName)
-				return v.Run(ctx)
-			}}}}
+	return &shell.Command{Roots: true, Listen: true, HealthAddr: ":8082", Daemon: true,
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
+			fs.StringVar(&o.VFIOReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
+			fs.StringVar(&o.PermittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "the KubeVirt device plugin's permittedHostDevices file")
+			fs.DurationVar(&o.Resync, "resync", time.Minute, "re-check this often without an event")
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			var err error
+			if o.Client, err = clientset(kubeconfig); err != nil {
+				return err
+			}
+			o.Log, o.Registerer = env.Log, env.Metrics
+			v, err := validator.New(o)
+			if err != nil {
+				return err
+			}
+			env.AddReady("validator", func() (bool, any) { r := v.Report(); return r.Ready, r })
+			env.Log.Info("Validating", "node", o.NodeName)
+			return v.Run(ctx)
+		}}
+}
+
+func discover() *shell.Command {
+	var kubeconfig string
+	o := discovery.Options{NodeName: os.Getenv("NODE_NAME")}
+	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: ":8085", Daemon: true,
+		Summary: "labels its own Node " + names.GPUPresentLabel + "=true and " + names.GPUCountLabel +
+			"=N from sysfs while it has NVIDIA GPUs (and removes both when they are gone)",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
+			fs.DurationVar(&o.Resync, "resync", time.Minute, "scan again this often without an event")
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			var err error
+			if o.Client, err = clientset(kubeconfig); err != nil {
+				return err
+			}
+			o.Host = host.New(env.HostOptions())
+			o.Log, o.Registerer = env.Log, env.Metrics
+			a, err := discovery.New(o)
+			if err != nil {
+				return err
+			}
+			env.AddReady("discovery", func() (bool, any) { r := a.Report(); return r.Ready, r })
+			env.Log.Info("Discovering GPUs", "node", o.NodeName)
+			return a.Run(ctx)
+		}}
 }

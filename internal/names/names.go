@@ -25,9 +25,15 @@ const (
 
 // Labels and annotations under our own domain.
 const (
-	// GPUPresentLabel marks a node with an NVIDIA GPU (set by the node
-	// agent where Node Feature Discovery does not run).
+	// GPUPresentLabel marks a node with an NVIDIA GPU: the GPU discovery
+	// agent sets it from sysfs, so no Node Feature Discovery is needed.
 	GPUPresentLabel = Domain + "/gpu.present"
+	// GPUCountLabel is the number of NVIDIA GPUs (physical functions) the
+	// GPU discovery agent found on the node.
+	GPUCountLabel = Domain + "/gpu.count"
+	// GPULabelPrefix starts every label the GPU discovery agent owns (and
+	// the only labels the admission policy lets it change).
+	GPULabelPrefix = Domain + "/gpu."
 	// DeployPrefix starts every deploy label: <prefix><operand>=true.
 	DeployPrefix = Domain + "/deploy."
 	// PermittedAnnotation on a Node carries, as JSON, the KubeVirt
@@ -62,11 +68,14 @@ const (
 	Validator            = "validator"
 	VGPUManager          = "vgpu-manager"
 	VGPUDeviceManager    = "vgpu-device-manager"
+	// GPUDiscovery labels its own Node from sysfs (GPUPresentLabel,
+	// GPUCountLabel). It runs on every Linux node, not by deploy label.
+	GPUDiscovery = "gpu-discovery"
 )
 
 // Operands lists every operand the operator manages.
 func Operands() []string {
-	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager}
+	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager, GPUDiscovery}
 }
 
 // DeployLabel is the node label that selects an operand's DaemonSet.

@@ -6,6 +6,7 @@ package operands
 import (
 	_ "embed"
 	"fmt"
+	"path"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,19 +27,30 @@ type Options struct {
 	// Registry and Version give default images: <registry>/<binary>:<version>.
 	Registry string
 	Version  string
+	// ImagePullSecrets name Secrets in Namespace every operand pod pulls
+	// with (the policy's spec.imagePullSecrets are added).
+	ImagePullSecrets []string
+	// ImagePullPolicy of every operand container ("": the cluster's
+	// default); the policy's spec.imagePullPolicy wins when set.
+	ImagePullPolicy corev1.PullPolicy
+	// HostRoot is for tests only: the operands that read the host mount
+	// <HostRoot>/sys, /dev and /proc (at those same paths) and get
+	// --sysfs-root, --dev-root and --proc-root pointing there, instead of
+	// the node's /sys and /dev. "" (production) leaves them as they are.
+	HostRoot string
 }
 
 type builder struct {
 	binary     string
 	privileged bool // sysfs writes need it
 	spec       func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec
-	customize  func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec)
+	customize  func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options)
 }
 
 var builders = map[string]builder{
 	names.VFIOManager: {binary: "vfio-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
-		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081"}
 			if p.VFIOManager.NVSwitches {
@@ -49,26 +61,28 @@ var builders = map[string]builder{
 			}
 			ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
 			ds.Spec.Template.Spec.HostNetwork = true
-			mount(ds, "sys", "/sys", false)
-			mount(ds, "dev", "/dev", false)
+			hostRoots(ds, o, true, func() {
+				mount(ds, "sys", "/sys", false)
+				mount(ds, "dev", "/dev", false)
+			})
 			mount(ds, "run", "/run/sandbox-gpu", false)
 			mount(ds, "modules", "/lib/modules", true)
 			probe(c, "/readyz", 8081)
 		}},
 	names.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
-			devicePlugin(ds)
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
+			devicePlugin(ds, o)
 		}},
 	names.KataDevicePlugin: {binary: "kata-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
-			devicePlugin(ds)
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
+			devicePlugin(ds, o)
 			mount(ds, "cdi", "/var/run/cdi", false)
 		}},
 	names.NRIPlugin: {binary: "nri-gpu-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"--health-addr=:8083"}
 			probe(c, "/readyz", 8083)
@@ -80,7 +94,7 @@ var builders = map[string]builder{
 		}},
 	names.Validator: {binary: "sandbox-gpu-validator",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"--health-addr=:8082"}
 			apiAccess(ds)
@@ -92,12 +106,14 @@ var builders = map[string]builder{
 		}},
 	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
-		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec) {
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)"}
 			apiAccess(ds)
-			mount(ds, "sys", "/sys", false)
-			mount(ds, "dev", "/dev", false)
+			hostRoots(ds, o, true, func() {
+				mount(ds, "sys", "/sys", false)
+				mount(ds, "dev", "/dev", false)
+			})
 			if name := p.VGPUDeviceManager.Config.Name; name != "" {
 				ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "vgpu-config",
 					VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
@@ -108,12 +124,18 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec {
 			return v1alpha1.OperandSpec(p.VGPUManager)
 		},
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec) {
+		// NVIDIA's own image: it takes none of our root flags, so
+		// Options.HostRoot leaves it alone.
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			ds.Spec.Template.Spec.HostPID = true
 			mount(ds, "run-nvidia", "/run/nvidia", false)
 			mount(ds, "sys", "/sys", false)
 			mount(ds, "dev", "/dev", false)
 		}},
+	names.GPUDiscovery: {binary: "sandbox-gpu-validator",
+		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.GPUDiscovery },
+		customize: discovery,
+	},
 }
 
 // Names lists the operands that have builders.
@@ -130,7 +152,7 @@ func Names() []string {
 // (nodes then select it by their deploy labels).
 func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 	b, ok := builders[operand]
-	if !ok || !p.SandboxWorkloads.Enabled && operand != names.NRIPlugin {
+	if !ok || !p.SandboxWorkloads.Enabled && operand != names.NRIPlugin && operand != names.GPUDiscovery {
 		return false
 	}
 	if operand == names.VGPUManager {
@@ -148,6 +170,9 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	b, ok := builders[operand]
 	if !ok {
 		return nil, fmt.Errorf("unknown operand %q", operand)
+	}
+	if o.HostRoot != "" && (!path.IsAbs(o.HostRoot) || path.Clean(o.HostRoot) != o.HostRoot) {
+		return nil, fmt.Errorf("operand %s: host root %q is not a clean absolute path", operand, o.HostRoot)
 	}
 	ds := &appsv1.DaemonSet{}
 	if err := yaml.UnmarshalStrict(baseManifest, ds); err != nil {
@@ -167,11 +192,12 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 		c.SecurityContext.AllowPrivilegeEscalation = &priv
 		c.SecurityContext.Capabilities = nil
 	}
-	b.customize(ds, p)
+	b.customize(ds, p, o)
 	s := b.spec(p)
 	if s.Image != "" {
 		c.Image = s.Image
 	}
+	pullWith(ds, p, o)
 	c.Args = append(c.Args, s.Args...)
 	c.Env = append(c.Env, s.Env...)
 	if s.Resources != nil {
@@ -186,13 +212,15 @@ func apiAccess(ds *appsv1.DaemonSet) {
 	ds.Spec.Template.Spec.AutomountServiceAccountToken = &on
 }
 
-func devicePlugin(ds *appsv1.DaemonSet) {
+func devicePlugin(ds *appsv1.DaemonSet, o Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Args = append(c.Args, "--health-addr=:8084")
 	probe(c, "/readyz", 8084)
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
-	mount(ds, "sys", "/sys", true)
-	mount(ds, "dev-vfio", "/dev/vfio", true)
+	hostRoots(ds, o, false, func() {
+		mount(ds, "sys", "/sys", true)
+		mount(ds, "dev-vfio", "/dev/vfio", true)
+	})
 	mount(ds, "run", "/run/sandbox-gpu", false)
 }
 

@@ -23,7 +23,11 @@ func TestEveryOperandBuilds(t *testing.T) {
 		require.NoError(t, err, name)
 		assert.Equal(t, "sandbox-gpu-"+name, ds.Name)
 		assert.Equal(t, "sandbox-gpu", ds.Namespace)
-		assert.Equal(t, map[string]string{names.DeployLabel(name): "true"}, ds.Spec.Template.Spec.NodeSelector, name)
+		wantSelector := map[string]string{names.DeployLabel(name): "true"}
+		if name == names.GPUDiscovery {
+			wantSelector = map[string]string{"kubernetes.io/os": "linux"} // every Linux node: it finds the GPU nodes
+		}
+		assert.Equal(t, wantSelector, ds.Spec.Template.Spec.NodeSelector, name)
 		assert.Equal(t, "system-node-critical", ds.Spec.Template.Spec.PriorityClassName, name)
 		assert.Equal(t, ds.Spec.Selector.MatchLabels[names.OperandLabel], ds.Spec.Template.Labels[names.OperandLabel])
 		c := ds.Spec.Template.Spec.Containers[0]
@@ -71,6 +75,11 @@ func TestEnabled(t *testing.T) {
 	off := false
 	p.NRIPlugin.Enabled = &off
 	assert.False(t, Enabled(names.NRIPlugin, p))
+
+	p = &v1alpha1.SandboxGPUPolicySpec{}
+	assert.True(t, Enabled(names.GPUDiscovery, p), "GPU discovery is on by default, sandbox workloads or not")
+	p.GPUDiscovery.Enabled = &off
+	assert.False(t, Enabled(names.GPUDiscovery, p), "the policy's knob turns it off")
 	_, err := Build("nope", p, opts)
 	assert.Error(t, err)
 }
@@ -85,7 +94,7 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := ds.Spec.Template.Spec.AutomountServiceAccountToken
-		want := op == names.Validator || op == names.VGPUDeviceManager
+		want := op == names.Validator || op == names.VGPUDeviceManager || op == names.GPUDiscovery
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}
@@ -97,7 +106,7 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 // port agree.
 func TestMetricsPorts(t *testing.T) {
 	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
-		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084}
+		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort}
 	for name, port := range want {
 		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
 		require.NoError(t, err)

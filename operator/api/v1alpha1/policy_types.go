@@ -145,6 +145,25 @@ type DrainSpec struct {
 type SandboxGPUPolicySpec struct {
 	// +optional
 	SandboxWorkloads SandboxWorkloads `json:"sandboxWorkloads,omitempty"`
+	// ImagePullSecrets name Secrets in the operand namespace that every
+	// operand pod pulls its image with, in addition to the operator's
+	// --image-pull-secret ones (which the Helm chart's
+	// operator.imagePullSecrets set).
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
+	// ImagePullPolicy of every operand container; empty: the operator's
+	// --image-pull-policy.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// GPUDiscovery labels every Linux node from sysfs with
+	// sandbox-gpu.io/gpu.present=true and sandbox-gpu.io/gpu.count while it
+	// has NVIDIA GPUs, so GPU nodes are found without Node Feature
+	// Discovery. It runs whether sandbox workloads are on or not.
+	// +optional
+	GPUDiscovery OperandSpec `json:"gpuDiscovery,omitempty"`
 	// +optional
 	VFIOManager VFIOManagerSpec `json:"vfioManager,omitempty"`
 	// SandboxDevicePlugin is the KubeVirt device plugin.

@@ -289,6 +289,12 @@ func (in *SandboxGPUPolicyList) DeepCopyObject() runtime.Object {
 func (in *SandboxGPUPolicySpec) DeepCopyInto(out *SandboxGPUPolicySpec) {
 	*out = *in
 	out.SandboxWorkloads = in.SandboxWorkloads
+	if in.ImagePullSecrets != nil {
+		in, out := &in.ImagePullSecrets, &out.ImagePullSecrets
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	in.GPUDiscovery.DeepCopyInto(&out.GPUDiscovery)
 	in.VFIOManager.DeepCopyInto(&out.VFIOManager)
 	in.SandboxDevicePlugin.DeepCopyInto(&out.SandboxDevicePlugin)
 	in.KataSandboxDevicePlugin.DeepCopyInto(&out.KataSandboxDevicePlugin)

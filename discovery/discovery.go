@@ -1,0 +1,288 @@
+// Package discovery is the GPU discovery agent (sandbox-gpu-validator
+// discover): it finds the node's NVIDIA GPUs in sysfs through the host
+// model and labels its own Node with names.GPUPresentLabel=true and
+// names.GPUCountLabel=N while it has any, removing both when they are gone,
+// so that the operator finds GPU nodes without Node Feature Discovery. It
+// watches only its own Node, writes only that Node's two labels, and only
+// when they differ from what it found: a steady node costs no write.
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+)
+
+// Options configure an Agent.
+type Options struct {
+	NodeName string
+	Client   kubernetes.Interface
+	// Host is the host model the GPUs are read through.
+	Host *host.Host
+	// Resync scans again without an event (default 1m): GPUs that appear or
+	// go (hot plug, a card taken out) reach the labels within it.
+	Resync time.Duration
+	Log    logr.Logger
+	// Registerer receives the agent's metrics; nil keeps them unregistered.
+	Registerer prometheus.Registerer
+}
+
+// Report is the agent's last result, served on /readyz.
+type Report struct {
+	// Ready: the last scan worked and the Node carries its labels.
+	Ready bool `json:"ready"`
+	// GPUs found by the last scan that worked.
+	GPUs  int       `json:"gpus"`
+	Time  time.Time `json:"time"`
+	Error string    `json:"error,omitempty"`
+}
+
+// Agent labels its own Node from sysfs.
+type Agent struct {
+	o       Options
+	metrics metrics
+	node    func() (*corev1.Node, bool)
+
+	mu     sync.Mutex
+	report Report
+	// staleRV is the resourceVersion of the cached Node when the last
+	// patch was sent, sent that patch: until the cache moves past staleRV
+	// it cannot show the patch, so the same patch is not sent again.
+	staleRV, sent string
+}
+
+type metrics struct {
+	gpus    prometheus.Gauge
+	scans   *prometheus.CounterVec
+	patches *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (metrics, error) {
+	m := metrics{
+		gpus: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_discovery_gpus",
+			Help: "NVIDIA GPUs (physical functions) found by the last scan that worked."}),
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_discovery_scans_total",
+			Help: "Scans of the host by result (ok, failed)."}, []string{"result"}),
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_discovery_node_patches_total",
+			Help: "Writes to the own Node's labels by result (ok, failed)."}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.gpus, m.scans, m.patches} {
+		if err := reg.Register(c); err != nil {
+			return m, fmt.Errorf("discovery: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// New validates the options.
+func New(o Options) (*Agent, error) {
+	if o.NodeName == "" {
+		return nil, errors.New("discovery: no node name (set --node-name or NODE_NAME)")
+	}
+	if o.Client == nil {
+		return nil, errors.New("discovery: no Kubernetes client")
+	}
+	if o.Host == nil {
+		return nil, errors.New("discovery: no host model")
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{o: o, metrics: m, report: Report{Error: "not scanned yet"}}, nil
+}
+
+// Report returns the last result.
+func (a *Agent) Report() Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.report
+}
+
+// CountGPUs counts the NVIDIA GPUs of a scan: functions of NVIDIA's vendor
+// id with the GPU role (VGA or 3D controller) that are no SR-IOV virtual
+// function, so a GPU with vGPU VFs counts once. NVSwitches and a card's
+// audio, USB and UCSI functions do not count.
+func CountGPUs(s *host.Snapshot) int {
+	n := 0
+	for _, f := range s.Functions {
+		if f.Vendor == host.VendorNVIDIA && f.Role == host.RoleGPU && f.PhysFn == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// Labels are the agent's labels for a node with gpus GPUs: both labels
+// while it has any, neither without.
+func Labels(gpus int) map[string]string {
+	if gpus == 0 {
+		return map[string]string{}
+	}
+	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: strconv.Itoa(gpus)}
+}
+
+// owned are the labels the agent sets and removes; no other is touched.
+func owned() []string { return []string{names.GPUPresentLabel, names.GPUCountLabel} }
+
+// Run watches its own Node and scans at start, whenever one of its labels
+// changes under it, and every Resync, until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	lw := cache.NewListWatchFromClient(a.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", a.o.NodeName))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	// Only a change of the agent's own labels needs a look: the kubelet's
+	// status updates do not.
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 || ownedDiffer(o.Labels, n.Labels) {
+				poke()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("node %s: watch: %w", a.o.NodeName, err)
+	}
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	a.node = func() (*corev1.Node, bool) {
+		obj, ok, err := inf.GetStore().GetByKey(a.o.NodeName)
+		if err != nil || !ok {
+			return nil, false
+		}
+		n, ok := obj.(*corev1.Node)
+		return n, ok
+	}
+	tick := time.NewTicker(a.o.Resync)
+	defer tick.Stop()
+	poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-tick.C:
+		}
+		a.sync(ctx)
+	}
+}
+
+func ownedDiffer(a, b map[string]string) bool {
+	for _, k := range owned() {
+		va, oka := a[k]
+		vb, okb := b[k]
+		if oka != okb || va != vb {
+			return true
+		}
+	}
+	return false
+}
+
+// sync scans the host and brings the Node's labels in line, writing only
+// when they differ.
+func (a *Agent) sync(ctx context.Context) {
+	r := Report{Time: time.Now()}
+	defer func() {
+		a.mu.Lock()
+		changed := a.report.Ready != r.Ready || a.report.GPUs != r.GPUs || a.report.Error != r.Error
+		a.report = r
+		a.mu.Unlock()
+		if changed {
+			a.o.Log.Info("Discovery changed", "node", a.o.NodeName, "ready", r.Ready, "gpus", r.GPUs, "error", r.Error)
+		}
+	}()
+	snap, err := a.o.Host.Scan()
+	if err != nil {
+		// The labels stay as they are: a failed read is no proof that the
+		// GPUs are gone.
+		a.metrics.scans.WithLabelValues("failed").Inc()
+		r.Error = fmt.Sprintf("scan the host: %v", err)
+		return
+	}
+	a.metrics.scans.WithLabelValues("ok").Inc()
+	r.GPUs = CountGPUs(snap)
+	a.metrics.gpus.Set(float64(r.GPUs))
+	node, ok := a.node()
+	if !ok {
+		r.Error = fmt.Sprintf("node %s: not found", a.o.NodeName)
+		return
+	}
+	patch := labelPatch(node.Labels, Labels(r.GPUs))
+	if patch == nil {
+		r.Ready = true
+		return
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
+	if err != nil {
+		r.Error = fmt.Sprintf("node %s: label patch: %v", a.o.NodeName, err)
+		return
+	}
+	if node.ResourceVersion == a.staleRV && a.sent == string(body) {
+		r.Ready = true // sent; the watch has not caught up yet
+		return
+	}
+	if _, err := a.o.Client.CoreV1().Nodes().Patch(ctx, a.o.NodeName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		a.metrics.patches.WithLabelValues("failed").Inc()
+		r.Error = fmt.Sprintf("node %s: set labels %s: %v", a.o.NodeName, body, err)
+		return
+	}
+	a.metrics.patches.WithLabelValues("ok").Inc()
+	a.staleRV, a.sent = node.ResourceVersion, string(body)
+	a.o.Log.Info("Labelled node", "node", a.o.NodeName, "gpus", r.GPUs, "patch", string(body))
+	r.Ready = true
+}
+
+// labelPatch is the merge patch of the owned labels that turns current
+// into want (nil values remove), or nil when nothing differs.
+func labelPatch(current, want map[string]string) map[string]*string {
+	var patch map[string]*string
+	for _, k := range owned() {
+		cur, has := current[k]
+		w, wanted := want[k]
+		if has == wanted && cur == w {
+			continue
+		}
+		if patch == nil {
+			patch = map[string]*string{}
+		}
+		if wanted {
+			patch[k] = &w
+		} else {
+			patch[k] = nil
+		}
+	}
+	return patch
+}
