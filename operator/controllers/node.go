@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -85,7 +84,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(nodeControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}). // nodes are independent
 		For(&corev1.Node{}, builder.WithPredicates(gpuNodes)).
-		Owns(&v1alpha1.SandboxGPUNode{}).
+		// A node's state has the node's name (the policy controls it).
+		Watches(&v1alpha1.SandboxGPUNode{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGPUNodes)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode)).
 		Complete(r.Metrics.countErrors(nodeControllerName, r))
@@ -103,6 +103,10 @@ func (r *NodeReconciler) allGPUNodes(ctx context.Context, _ client.Object) []rec
 		}
 	}
 	return out
+}
+
+func sameName(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
 }
 
 func podNode(_ context.Context, o client.Object) []reconcile.Request {
@@ -125,8 +129,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	var node corev1.Node
 	if err := r.Get(ctx, req.NamespacedName, &node); err != nil {
 		if apierrors.IsNotFound(err) {
-			// The node is gone: so is its state (garbage collection does the
-			// same through the owner reference, later).
+			// The node is gone: so is its state (a state's events reach
+			// here by name, so also at start for a node that went while
+			// the operator was down).
 			r.Metrics.forgetNode(req.Name)
 			r.fence.forget(req.Name)
 			st := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: req.Name}}
@@ -148,7 +153,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return ctrl.Result{}, nil
 	}
-	st, err := r.nodeState(ctx, &node)
+	st, err := r.nodeState(ctx, &node, &policy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -195,34 +200,6 @@ func (r *NodeReconciler) writeState(ctx context.Context, node *corev1.Node, st, 
 		r.Metrics.transitionDone(t.From, t.To, t.Completed.Sub(t.Started.Time))
 	}
 	return nil
-}
-
-// nodeState gets (or creates) the node's SandboxGPUNode, owned by the Node
-// so that it goes with it.
-func (r *NodeReconciler) nodeState(ctx context.Context, node *corev1.Node) (*v1alpha1.SandboxGPUNode, error) {
-	st := &v1alpha1.SandboxGPUNode{}
-	err := r.Get(ctx, types.NamespacedName{Name: node.Name}, st)
-	if err == nil && metav1.IsControlledBy(st, node) {
-		return st, nil
-	}
-	if err == nil {
-		// State left by an earlier node of the same name: start afresh.
-		if err := r.Delete(ctx, st); client.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("node %s: remove stale state: %w", node.Name, err)
-		}
-		return nil, fmt.Errorf("node %s: stale state removed; will retry", node.Name)
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("node %s: get state: %w", node.Name, err)
-	}
-	st = &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
-	if err := controllerutil.SetControllerReference(node, st, r.Scheme()); err != nil {
-		return nil, err
-	}
-	if err := r.Create(ctx, st); err != nil {
-		return nil, fmt.Errorf("node %s: create state: %w", node.Name, err)
-	}
-	return st, nil
 }
 
 // setState moves the node to state, stamping when; it reports whether the

@@ -50,6 +50,10 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/status,verbs=get;patch
+// The policy owns the operand DaemonSets and node states with
+// blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+// admission plugin allows only to who may update its finalizers.
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,namespace=sandbox-gpu,resources=daemonsets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sandbox-gpu,resources=leases,verbs=get;list;watch;create;update

@@ -36,12 +36,16 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	ensureNamespace(t, c, operandNS)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager}
+	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery}
 	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
 	ds := daemonSets(t, c)
 	for _, o := range want {
 		require.Contains(t, ds, o)
-		assert.Equal(t, map[string]string{names.DeployLabel(o): "true"}, ds[o].Spec.Template.Spec.NodeSelector)
+		sel := map[string]string{names.DeployLabel(o): "true"}
+		if o == names.GPUDiscovery {
+			sel = map[string]string{"kubernetes.io/os": "linux"}
+		}
+		assert.Equal(t, sel, ds[o].Spec.Template.Spec.NodeSelector)
 	}
 	assert.NotContains(t, ds, names.VGPUManager, "no vGPU host driver manager without its image")
 
