@@ -155,7 +155,9 @@ func TestDiscoveredNodeIsAGPUNode(t *testing.T) {
 	assert.NotContains(t, getNode(t, c, "disc-cpu").Labels, names.GPUPresentLabel)
 	// A GPU node labelled after it proves the operator's queue moved past it.
 	require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-later"}}))
-	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-later"}}) })
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-later"}})
+	})
 	runAgent("disc-later", agent("disc-later", "hgx-h100"))
 	waitState(t, c, "disc-later", "managed", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	assert.Equal(t, "8", getNode(t, c, "disc-later").Labels[names.GPUCountLabel])
