@@ -196,3 +196,40 @@ func customHost(t *testing.T, device uint16, card hostsim.VGPUCard) *hostsim.Ker
 	require.NoError(t, os.MkdirAll(filepath.Join(k.Root(), "proc"), 0o755))
 	return k
 }
+
+// FuzzParseConfig: any input parses or fails with a ConfigError, never a
+// panic; what parses holds only valid names, counts and indexes.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(testConfig))
+	f.Add(DefaultConfigYAML()[:2000])
+	f.Add([]byte("version: v1\nvgpu-configs: {a: [{devices: [0, 1], device-filter: [\"0x223610DE\"], vgpu-devices: {A10-4Q: 2}}]}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig("fuzz.yaml", data)
+		if err != nil {
+			if !IsConfigError(err) {
+				t.Fatalf("not a ConfigError: %T %v", err, err)
+			}
+			return
+		}
+		if c.Version != ConfigVersion || len(c.Configs) == 0 {
+			t.Fatalf("parsed without version or configs: %+v", c)
+		}
+		for name, entries := range c.Configs {
+			if len(entries) == 0 {
+				t.Fatalf("config %q without entries", name)
+			}
+			for _, e := range entries {
+				for typ, n := range e.VGPUs {
+					if _, err := ParseTypeName(typ); err != nil || n <= 0 {
+						t.Fatalf("config %q: %q: %d (%v)", name, typ, n, err)
+					}
+				}
+				for _, d := range e.Devices {
+					if d < 0 {
+						t.Fatalf("config %q: index %d", name, d)
+					}
+				}
+			}
+		}
+	})
+}
