@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 // readManifests decodes every document of the given files under manifests/.
@@ -163,4 +165,72 @@ func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 		require.Error(t, err, what)
 		assert.Contains(t, err.Error(), "sandbox-gpu node daemons may", what)
 	}
+}
+
+// The GPU discovery agent's account may set and remove its own Node's
+// sandbox-gpu.io/gpu.* labels and change nothing else, not even what the
+// other node daemons may.
+func TestDiscoveryAgentMayChangeOnlyItsGPULabels(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	for _, o := range readManifests(t, "operator/operator.yaml") {
+		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
+	}
+	newNode(t, c, "disc-vap-a", nil)
+	newNode(t, c, "disc-vap-b", nil)
+	cfg := rest.CopyConfig(testCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:" + operands.DiscoveryServiceAccount,
+		Groups: []string{"system:serviceaccounts", "system:authenticated"},
+		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"disc-vap-a"}}}
+	agent, err := client.New(cfg, client.Options{Scheme: testScheme})
+	require.NoError(t, err)
+	change := func(node string, mutate func(n *corev1.Node)) error {
+		n := &corev1.Node{}
+		if err := agent.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		mutate(n)
+		return agent.Patch(ctx, n, patch)
+	}
+	label := func(k, v string) func(n *corev1.Node) { return func(n *corev1.Node) { n.Labels[k] = v } }
+	testutil.Eventually(t, wait, "the admission policy denies the agent another node", func() bool {
+		err := change("disc-vap-b", label(names.GPUPresentLabel, "true"))
+		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	})
+	require.NoError(t, change("disc-vap-a", func(n *corev1.Node) {
+		n.Labels[names.GPUPresentLabel] = "true"
+		n.Labels[names.GPUCountLabel] = "8"
+	}), "its own GPU labels")
+	require.NoError(t, change("disc-vap-a", label(names.GPUCountLabel, "7")))
+	require.NoError(t, change("disc-vap-a", func(n *corev1.Node) {
+		delete(n.Labels, names.GPUPresentLabel)
+		delete(n.Labels, names.GPUCountLabel)
+	}), "removing them")
+	// What the other node daemons may do too is refused by the agent's own
+	// rule; the rest already by the node daemons' rules.
+	ownRule, daemonRule := "GPU discovery agent may change only sandbox-gpu.io/gpu.* labels", "sandbox-gpu node daemons may"
+	for what, tc := range map[string]struct {
+		mutate func(n *corev1.Node)
+		want   string
+	}{
+		"another sandbox-gpu.io label": {label("sandbox-gpu.io/probe", "x"), ownRule},
+		"a sandbox-gpu.io annotation": {func(n *corev1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[names.PermittedAnnotation] = "{}"
+		}, ownRule},
+		"a deploy label":           {label(names.DeployLabel(names.VFIOManager), "true"), daemonRule},
+		"the config label":         {label(names.WorkloadConfigLabel, "vm-passthrough"), daemonRule},
+		"removing a foreign label": {func(n *corev1.Node) { delete(n.Labels, "feature.node.kubernetes.io/pci-10de.present") }, daemonRule},
+		"the spec":                 {func(n *corev1.Node) { n.Spec.Unschedulable = true }, daemonRule},
+	} {
+		err := change("disc-vap-a", tc.mutate)
+		require.Error(t, err, what)
+		assert.Contains(t, err.Error(), tc.want, what)
+	}
+	err = agent.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-vap-a"}})
+	require.Error(t, err, "no delete, not even of its own Node")
 }

@@ -46,7 +46,7 @@ func TestDefaultsRenderAndDryRun(t *testing.T) {
 		counts[obj.GetKind()]++
 	}
 	want := map[string]int{
-		"ServiceAccount": 2, "Deployment": 1, "ClusterRole": 2, "Role": 1, "ClusterRoleBinding": 2,
+		"Namespace": 1, "ServiceAccount": 3, "Deployment": 1, "ClusterRole": 3, "Role": 1, "ClusterRoleBinding": 3,
 		"RoleBinding": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 		"SandboxGPUPolicy": 1,
 	}
@@ -58,6 +58,7 @@ func TestDefaultsRenderAndDryRun(t *testing.T) {
 		"sandboxWorkloads.mode":            "kubevirt",
 		"sandboxWorkloads.defaultWorkload": "container",
 		"vgpuManager.enabled":              false,
+		"gpuDiscovery.enabled":             true,
 	})
 	mustDryRunAll(t, objs)
 }

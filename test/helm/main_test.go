@@ -47,7 +47,9 @@ func run(m *testing.M) int {
 	}
 	env := &envtest.Environment{
 		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(chartDir, "crds")},
+			// The Prometheus Operator's CRDs (testdata/monitoring-crds/README.md), so that the optional
+			// ServiceMonitor and PodMonitor are dry-run against their real schema.
+			Paths:              []string{filepath.Join(chartDir, "crds"), filepath.Join("testdata", "monitoring-crds")},
 			ErrorIfPathMissing: true,
 		},
 	}
