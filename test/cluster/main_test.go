@@ -4,10 +4,13 @@
 // TestMain and torn down after the last test, with the host checked against a snapshot taken
 // before. The parts come from hack/fetch-cluster.sh (`make test-deps`); it needs root.
 //
-// Missing parts fail the suite; SANDBOX_GPU_REQUIRE_CLUSTER=0 makes it skip instead (CI never sets
-// it). SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR. SANDBOX_GPU_CLUSTER_HOLD=1
-// keeps the cluster up after the tests until SIGINT or SIGTERM, printing its kubeconfig (run go test
-// with -timeout 0).
+// Missing parts (or not being root) fail every test, saying how to install them (make test-deps);
+// SANDBOX_GPU_REQUIRE_CLUSTER=0, or the house-wide SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI
+// (testutil.MissingPeer), makes them skip instead. A cluster that fails to come up fails the run.
+//
+// SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR. SANDBOX_GPU_CLUSTER_HOLD=1 keeps
+// the cluster up after the tests until SIGINT or SIGTERM, printing its kubeconfig (run go test with
+// -timeout 0).
 package cluster
 
 import (
@@ -22,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
 )
 
@@ -37,7 +41,8 @@ const (
 var (
 	// shared is the package's cluster; nil when skipReason is set.
 	shared *cluster.Cluster
-	// skipReason, when set, makes every test skip (only with SANDBOX_GPU_REQUIRE_CLUSTER=0).
+	// skipReason, when set, says which parts are missing: every test fails with it (or skips, with
+	// SANDBOX_GPU_REQUIRE_CLUSTER=0, or SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI).
 	skipReason string
 	// startedIn is how long the bring-up took.
 	startedIn time.Duration
@@ -65,15 +70,13 @@ func run(m *testing.M) int {
 			}
 		},
 	})
+	if cluster.IsMissing(err) {
+		// Every test fails saying what to install (or skips where that is allowed).
+		skipReason = err.Error()
+		return m.Run()
+	}
 	if err != nil {
-		if os.Getenv(requireEnv) == "0" {
-			skipReason = fmt.Sprintf("no cluster (%s=0): %v", requireEnv, err)
-			return m.Run()
-		}
 		fmt.Fprintf(os.Stderr, "FAIL: start the one-node cluster: %v\n", err)
-		if !cluster.IsMissing(err) {
-			fmt.Fprintf(os.Stderr, "(set %s=0 to skip this suite where a cluster cannot run)\n", requireEnv)
-		}
 		return 1
 	}
 	shared, startedIn = c, time.Since(start)
@@ -124,7 +127,10 @@ func hold(c *cluster.Cluster) {
 func requireCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		if os.Getenv(requireEnv) == "0" {
+			t.Skipf("%s (%s=0)", skipReason, requireEnv)
+		}
+		testutil.MissingPeer(t, "%s", skipReason)
 	}
 	if shared == nil {
 		t.Fatal("no cluster")

@@ -83,7 +83,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("cluster: a kubelet and containerd need root")
+		return nil, &MissingError{Missing: []string{"root: a kubelet and containerd need it (run make test as root)"}}
 	}
 	c := &Cluster{opts: opts, assets: assets}
 	start := time.Now()
