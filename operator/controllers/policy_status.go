@@ -23,8 +23,9 @@ const (
 )
 
 // noGPUNodesMessage says that no GPU node was found and how one is known.
-var noGPUNodesMessage = fmt.Sprintf("No GPU node was found: a node counts as one when Node Feature Discovery labels it "+
-	"feature.node.kubernetes.io/pci-10de.present=true (NVIDIA's PCI vendor id) or it is labelled %s=true.", names.GPUPresentLabel)
+var noGPUNodesMessage = fmt.Sprintf("No GPU node was found: a node counts as one when it is labelled %s=true "+
+	"(the GPU discovery agent does that from sysfs unless spec.gpuDiscovery turns it off) or Node Feature Discovery labels it "+
+	"feature.node.kubernetes.io/pci-10de.present=true (NVIDIA's PCI vendor id).", names.GPUPresentLabel)
 
 // summarize counts GPU nodes per config and sets Ready and Degraded, with
 // messages that are sentences naming the nodes and operands concerned.

@@ -79,8 +79,9 @@ func TestPolicyNotReadyWithoutGPUNodes(t *testing.T) {
 	checkPolicyConditions(t, p)
 	ready := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
-	assert.Equal(t, "No GPU node was found: a node counts as one when Node Feature Discovery labels it "+
-		"feature.node.kubernetes.io/pci-10de.present=true (NVIDIA's PCI vendor id) or it is labelled sandbox-gpu.io/gpu.present=true.", ready.Message)
+	assert.Equal(t, "No GPU node was found: a node counts as one when it is labelled sandbox-gpu.io/gpu.present=true "+
+		"(the GPU discovery agent does that from sysfs unless spec.gpuDiscovery turns it off) or Node Feature Discovery labels it "+
+		"feature.node.kubernetes.io/pci-10de.present=true (NVIDIA's PCI vendor id).", ready.Message)
 	assert.Equal(t, v1alpha1.NodeCounts{}, p.Status.Nodes)
 
 	newNode(t, c, "p-only", nil)
