@@ -13,6 +13,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	vfiocli "github.com/sandbox-gpu/sandbox-gpu/vfio/cli"
+	vgpucli "github.com/sandbox-gpu/sandbox-gpu/vgpu/cli"
 )
 
 // simulated are the node binaries simulate can run, and whether their
@@ -25,6 +26,7 @@ var simulated = map[string]struct {
 	"vfio-manager":           {vfiocli.Program, false},
 	"kubevirt-device-plugin": {kubevirt.Program, true},
 	"kata-device-plugin":     {kata.Program, true},
+	"vgpu-device-manager":    {vgpucli.Program, false},
 }
 
 func simulatedBinaries() []string {

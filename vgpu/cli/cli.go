@@ -1,0 +1,216 @@
+// Package cli is the vgpu-device-manager command line on the shared
+// entry-point shell: plan and apply a vGPU config on this host, or run as
+// the node daemon that follows its Node's nvidia.com/vgpu.config label.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
+)
+
+const notes = `Config: NVIDIA's vgpu-device-manager format (version: v1, vgpu-configs, devices,
+device-filter, vgpu-devices: {"A10-4Q": 3}); without --config the built-in default.
+
+Exit codes: 0 every GPU holds its config's vGPUs; 1 bad usage or a config error
+(the message names the file, the config, the key and the GPU); 2 a GPU's change
+was refused (a vGPU in use) or failed, the other GPUs done.`
+
+// DefaultPodResourcesSocket is the kubelet's PodResources socket.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// Program is vgpu-device-manager.
+func Program() *shell.Program {
+	return &shell.Program{Name: "vgpu-device-manager",
+		Summary: "creates and removes NVIDIA vGPUs (mdev and SR-IOV vendor-specific VFIO) as a config says, never one in use",
+		Notes:   notes,
+		Commands: []*shell.Command{
+			onceCommand("plan", "shows what apply would do; changes nothing"),
+			onceCommand("apply", "creates and removes vGPUs until every GPU holds its config's vGPUs"),
+			runCommand(),
+		}}
+}
+
+// common are the flags of every command.
+type common struct {
+	config, nodeName, runDir string
+	podResources             socketFlag
+}
+
+// socketFlag is the PodResources socket flag, remembering whether it was
+// given: a socket given explicitly must exist, the default may be absent.
+type socketFlag struct {
+	path string
+	set  bool
+}
+
+func (f *socketFlag) String() string     { return f.path }
+func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", "", "vGPU config file (default: the built-in default config)")
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (seeds the stable vGPU UUIDs; default $NODE_NAME, else the host name)")
+	c.podResources.path = DefaultPodResourcesSocket
+	fs.Var(&c.podResources, "pod-resources-socket",
+		"the kubelet's PodResources socket: vGPUs allocated to pods count as in use (empty: ask no kubelet)")
+	fs.StringVar(&c.runDir, "run-dir", names.RunDir, "folder of the pause and ready files the KubeVirt device plugin and the validator read")
+}
+
+func (c *common) loadConfig() (*vgpu.Config, error) {
+	if c.config == "" {
+		return vgpu.DefaultConfig()
+	}
+	return vgpu.LoadConfig(c.config)
+}
+
+func (c *common) node() string {
+	if c.nodeName != "" {
+		return c.nodeName
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// allocated asks the kubelet which vGPUs pods hold. The default socket
+// missing means no kubelet runs here (a host-side run): only open device
+// nodes count then. A socket given explicitly must exist.
+func (c *common) allocated(env *shell.Env) (vgpu.Allocated, func(), error) {
+	socket := c.podResources.path
+	if socket == "" {
+		return nil, func() {}, nil
+	}
+	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) && !c.podResources.set {
+		env.Log.Info("No kubelet PodResources socket: only processes holding a vGPU count as its users", "socket", socket)
+		return nil, func() {}, nil
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
+	}
+	client, err := podresources.New(socket, time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	return vgpu.PodResourcesAllocated{Pods: client}, func() { _ = client.Close() }, nil
+}
+
+func onceCommand(name, summary string) *shell.Command {
+	var c common
+	var selected, output string
+	var sequential bool
+	return &shell.Command{Name: name, Synopsis: "[--config FILE] --selected NAME [--output table|json]", Summary: summary, Roots: true,
+		Flags: func(fs *flag.FlagSet) {
+			c.register(fs)
+			fs.StringVar(&selected, "selected", "", "the vgpu-configs entry to apply (required)")
+			fs.StringVar(&output, "output", "table", "output format: table or json")
+			if name == "apply" {
+				fs.BoolVar(&sequential, "sequential", false, "change one GPU after the other")
+			}
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			if selected == "" {
+				return shell.Usagef("%s: --selected NAME is required (a vgpu-configs entry)", name)
+			}
+			if output != "table" && output != "json" {
+				return shell.Usagef("--output %q: want table or json", output)
+			}
+			cfg, err := c.loadConfig()
+			if err != nil {
+				return err
+			}
+			alloc, done, err := c.allocated(env)
+			if err != nil {
+				return err
+			}
+			defer done()
+			h := host.New(env.HostOptions())
+			plan, err := vgpu.PlanConfig(ctx, h, cfg, selected, vgpu.Options{NodeName: c.node(), Allocated: alloc})
+			if err != nil {
+				return err
+			}
+			report := vgpu.PlanReport(plan)
+			var res *vgpu.Result
+			if name == "apply" {
+				res = vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{Sequential: sequential, PauseFile: pauseFile(env, c.runDir)})
+				report = vgpu.ResultReport(res)
+			}
+			if output == "json" {
+				err = vgpu.WriteJSON(env.Stdout, report)
+			} else {
+				err = vgpu.WriteTable(env.Stdout, report)
+			}
+			if err != nil {
+				return err
+			}
+			if len(report.Refused) > 0 {
+				return shell.Quiet(shell.ErrRefused) // the report names each refusal
+			}
+			if res != nil {
+				return res.Err()
+			}
+			return nil
+		}}
+}
+
+// pauseFile is where apply keeps the pause file: only on the running
+// host's own roots (a host-side apply on a node pauses the plugin too),
+// never for another tree.
+func pauseFile(env *shell.Env, runDir string) string {
+	if runDir == "" || env.Simulated() {
+		return ""
+	}
+	return runDir + "/" + names.VGPUPauseFile
+}
+
+func runCommand() *shell.Command {
+	var c common
+	var kubeconfig, def string
+	var resync time.Duration
+	return &shell.Command{Name: "run", Synopsis: "--config FILE --node-name NODE [--default NAME] [--kubeconfig FILE]",
+		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
+		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
+		Flags: func(fs *flag.FlagSet) {
+			c.register(fs)
+			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
+			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			if c.config == "" {
+				return shell.Usagef("run: --config FILE is required (the vGPU config the node's label selects from)")
+			}
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w", err)
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("client: %w", err)
+			}
+			alloc, done, err := c.allocated(env)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st := newStatus(env)
+			return vgpu.Run(ctx, vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
+				Host: host.New(env.HostOptions()), RunDir: c.runDir, Allocated: alloc, Resync: resync, Log: env.Log,
+				Observe: st.observe})
+		}}
+}
