@@ -14,7 +14,7 @@ NOSKIP        := $(CURDIR)/.cache/tools/noskip
 # The shipped binaries: one per folder under cmd/ (the demo is an application of its own, in demo/).
 BINARIES      := $(notdir $(wildcard cmd/*))
 
-.PHONY: images push images-test help build test check unit fuzz e2e test-deps envtest-assets envtest-compat generate check-generated check-fmt bench lint fmt demo demo-status clean
+.PHONY: e2e-cluster images push images-test help build test check unit fuzz e2e test-deps envtest-assets envtest-compat generate check-generated check-fmt bench lint fmt demo demo-status clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ build: ## Build every binary into bin/: static, except nri-gpu-plugin (cgo: NVML
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(filter-out $(CGO_BINARIES),$(BINARIES)))
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(CGO_BINARIES))
 
-test: test-deps check unit fuzz images-test e2e ## What CI runs: format and generated-file checks, unit tests (race), fuzzing, the end-to-end suites; any skip fails
+test: test-deps check unit fuzz images-test e2e e2e-cluster ## What CI runs: format and generated-file checks, unit tests (race), fuzzing, the end-to-end suites; any skip fails
 
 $(NOSKIP): hack/noskip/main.go
 	$(GO) build -o $@ ./hack/noskip
@@ -44,6 +44,7 @@ test-deps: ## Install QEMU and the Debian kernel, containerd and runc, build env
 	GO=$(GO) ./hack/fetch-containerd.sh >/dev/null
 	GO=$(GO) ./hack/envtest-assets.sh >/dev/null
 	./hack/images.sh deps
+	GO=$(GO) ./hack/fetch-cluster.sh >/dev/null
 
 envtest-assets: ## Build kube-apiserver and etcd for envtest into .cache/envtest-bin (cached; cold ~5 min, ~2 GB RAM)
 	GO=$(GO) ./hack/envtest-assets.sh
@@ -82,7 +83,11 @@ e2e: $(NOSKIP)
 e2e: ## End-to-end suites of the test/ module (real kernel under QEMU, kubelet device manager, real containerd, Helm); a missing peer fails
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && cd test && \
 	KUBEBUILDER_ASSETS=$$assets KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$${KUBEBUILDER_CONTROLPLANE_START_TIMEOUT:-60s} \
-	$(GO) test -json -count=1 -v ./... | $(NOSKIP)
+	$(GO) test -json -count=1 -v $$($(GO) list ./... | grep -v '/test/cluster$$') | $(NOSKIP)
+
+e2e-cluster: $(NOSKIP)
+e2e-cluster: ## The one-node cluster of real parts (test/cluster): etcd, kube-apiserver, controller-manager, scheduler, containerd + runc + bridge CNI, kubelet, the images and the Helm chart (root; warm ~2 min)
+	set -o pipefail; cd test && $(GO) test -json -count=1 -v -timeout 20m ./cluster/ | $(NOSKIP)
 
 bench: ## Benchmarks (performance targets live here; the operator's 5,000-node one takes minutes)
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && \

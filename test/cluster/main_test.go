@@ -5,8 +5,8 @@
 // before. The parts come from hack/fetch-cluster.sh (`make test-deps`); it needs root.
 //
 // Missing parts (or not being root) fail every test, saying how to install them (make test-deps);
-// SANDBOX_GPU_REQUIRE_CLUSTER=0, or the house-wide SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI
-// (testutil.MissingPeer), makes them skip instead. A cluster that fails to come up fails the run.
+// only the house-wide SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI (testutil.MissingPeer) makes them
+// skip instead. A cluster that fails to come up fails the run.
 //
 // SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR. SANDBOX_GPU_CLUSTER_HOLD=1 keeps
 // the cluster up after the tests until SIGINT or SIGTERM, printing its kubeconfig (run go test with
@@ -30,9 +30,8 @@ import (
 )
 
 const (
-	requireEnv = "SANDBOX_GPU_REQUIRE_CLUSTER"
-	logsEnv    = "SANDBOX_GPU_CLUSTER_LOGS"
-	holdEnv    = "SANDBOX_GPU_CLUSTER_HOLD"
+	logsEnv = "SANDBOX_GPU_CLUSTER_LOGS"
+	holdEnv = "SANDBOX_GPU_CLUSTER_HOLD"
 
 	// startWithin bounds the whole bring-up (a warm one takes well under a minute on 2 busy cores).
 	startWithin = 5 * time.Minute
@@ -41,8 +40,8 @@ const (
 var (
 	// shared is the package's cluster; nil when skipReason is set.
 	shared *cluster.Cluster
-	// skipReason, when set, says which parts are missing: every test fails with it (or skips, with
-	// SANDBOX_GPU_REQUIRE_CLUSTER=0, or SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI).
+	// skipReason, when set, says which parts are missing: every test fails with it (or skips with
+	// SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI).
 	skipReason string
 	// startedIn is how long the bring-up took.
 	startedIn time.Duration
@@ -122,14 +121,11 @@ func hold(c *cluster.Cluster) {
 	<-ctx.Done()
 }
 
-// requireCluster returns the shared cluster, or skips (opt-out) or fails the test; when the test
+// requireCluster returns the shared cluster, or fails the test (testutil.MissingPeer); when the test
 // fails, the last lines of the kubelet's and containerd's logs are added to its output.
 func requireCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
 	if skipReason != "" {
-		if os.Getenv(requireEnv) == "0" {
-			t.Skipf("%s (%s=0)", skipReason, requireEnv)
-		}
 		testutil.MissingPeer(t, "%s", skipReason)
 	}
 	if shared == nil {
