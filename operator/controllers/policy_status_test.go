@@ -73,6 +73,7 @@ func TestPolicyNotReadyWithoutGPUNodes(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	clearNodes(t, c)
+	ensureNamespace(t, c, operandNS) // the operand DaemonSets apply (also when this test runs alone)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
 	p := waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonNoGPUNodes)
