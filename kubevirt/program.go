@@ -16,18 +16,21 @@ import (
 func Program() *shell.Program {
 	var c plugincmd.Common
 	var namesConfig, permittedFile string
+	var state VGPUState
 	var printPermitted bool
 	flags := func(fs *flag.FlagSet) {
 		fs.StringVar(&namesConfig, "names-config", "", "YAML/JSON file mapping \"10de:2236\" to a resource name, over the built-in table")
 		fs.StringVar(&permittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "where to keep the KubeVirt permittedHostDevices for what is advertised (empty: none)")
 		fs.BoolVar(&printPermitted, "print-permitted-host-devices", false, "scan once, print the permittedHostDevices JSON and exit")
+		fs.StringVar(&state.PauseFile, "vgpu-pause-file", names.RunPath(names.VGPUPauseFile), "while this file exists (the vGPU device manager is changing vGPUs) no vGPU is advertised (empty: never pause)")
+		fs.StringVar(&state.ReadyFile, "vgpu-ready-file", names.RunPath(names.VGPUReadyFile), "the vGPU device manager's report, which names the vGPU types of full cards (empty: none)")
 	}
 	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
 		namer, err := NewNamer(c.PCIIDs, namesConfig)
 		if err != nil {
 			return err
 		}
-		s := &Scanner{Host: h, Namer: namer}
+		s := &Scanner{Host: h, Namer: namer, VGPU: state}
 		if printPermitted {
 			if _, err := s.Scan(ctx); err != nil {
 				return err
@@ -37,7 +40,7 @@ func Program() *shell.Program {
 			return enc.Encode(s.Permitted())
 		}
 		return c.Serve(ctx, env, h, plugincmd.Plugin{
-			Name: "sandbox-gpu-kubevirt", Scanner: s,
+			Name: "sandbox-gpu-kubevirt", Scanner: s, Watch: state.folders(),
 			OnScan: func(res []deviceplugin.Resource) error {
 				if permittedFile == "" {
 					return nil

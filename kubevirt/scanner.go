@@ -43,6 +43,9 @@ func TypeResource(typeName string) string {
 type Scanner struct {
 	Host  *host.Host
 	Namer *Namer
+	// VGPU is where the vGPU device manager says what it is doing; zero
+	// when it runs on no node of ours.
+	VGPU VGPUState
 
 	mu        sync.Mutex
 	permitted v1.PermittedHostDevices
@@ -71,7 +74,16 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		b.res.Devices = append(b.res.Devices, d)
 		return b
 	}
+	// While the vGPU device manager changes vGPUs, none is advertised: the
+	// kubelet must never see (and hand out) a half-built set. Passthrough
+	// GPUs are not its business and stay.
+	paused := s.VGPU.Paused()
 	typeNames := vgpuTypeNames(s.Host, snap)
+	for id, name := range s.VGPU.TypeNames() {
+		if _, ok := typeNames[id]; !ok {
+			typeNames[id] = name
+		}
+	}
 	for _, f := range snap.Functions {
 		if f.Vendor != host.VendorNVIDIA || f.Role != host.RoleGPU || f.IOMMUGroup == host.NoGroup {
 			continue
@@ -86,7 +98,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 			b := add(ResourcePrefix+name, dev, "PCI_RESOURCE")
 			b.res.WaitsForVFIO = true // bound by the VFIO manager
 			b.pci = &v1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("%04X:%04X", f.Vendor, f.Device), ResourceName: b.res.Name, ExternalResourceProvider: true}
-		case f.PhysFn != "":
+		case f.PhysFn != "" && !paused:
 			vg, ok, err := s.Host.VGPU(addr)
 			if err != nil {
 				return nil, err
@@ -109,6 +121,9 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 			b := add(TypeResource(typeName), dev, "PCI_RESOURCE")
 			b.pci = &v1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("%04X:%04X", f.Vendor, f.Device), ResourceName: b.res.Name, ExternalResourceProvider: true}
 		}
+	}
+	if paused {
+		return s.finish(out), nil
 	}
 	mdevs, err := s.Host.Mdevs()
 	if err != nil {

@@ -20,7 +20,10 @@ const (
 //
 //	config   the selected config
 //	state    success or failed, as the node label
-//	gpus     every NVIDIA GPU: index, address, device, backend, vgpus (by type)
+//	gpus     every NVIDIA GPU: index, address, device, backend, vgpus (by type),
+//	         typeIds (vendor-specific VFIO: type id -> short name of the vGPUs
+//	         it holds, which sysfs no longer names on a full card; the KubeVirt
+//	         device plugin names its resources from them)
 //	refused  GPUs refused or failed: gpu, address, reason ("in use: ...")
 //	error    why nothing was applied (a config error), when so
 type ReadyReport struct {
@@ -33,18 +36,28 @@ type ReadyReport struct {
 
 // ReadyGPU is one GPU's vGPUs in the ready file.
 type ReadyGPU struct {
-	Index   int            `json:"index"`
-	Address string         `json:"address"`
-	Device  string         `json:"device"`
-	Backend Backend        `json:"backend"`
-	VGPUs   map[string]int `json:"vgpus"`
+	Index   int               `json:"index"`
+	Address string            `json:"address"`
+	Device  string            `json:"device"`
+	Backend Backend           `json:"backend"`
+	VGPUs   map[string]int    `json:"vgpus"`
+	TypeIDs map[string]string `json:"typeIds,omitempty"`
 }
 
 func readyGPUs(gpus []*GPU) []ReadyGPU {
 	out := []ReadyGPU{}
 	for _, g := range gpus {
 		r := gpuReport(g, false, nil, g.counts())
-		out = append(out, ReadyGPU{Index: r.Index, Address: r.Address, Device: r.Device, Backend: r.Backend, VGPUs: r.Have})
+		rg := ReadyGPU{Index: r.Index, Address: r.Address, Device: r.Device, Backend: r.Backend, VGPUs: r.Have}
+		for _, v := range g.VGPUs {
+			if g.Backend == BackendVendorVFIO && v.TypeID != "" && v.Type != "" {
+				if rg.TypeIDs == nil {
+					rg.TypeIDs = map[string]string{}
+				}
+				rg.TypeIDs[v.TypeID] = v.Type
+			}
+		}
+		out = append(out, rg)
 	}
 	return out
 }

@@ -86,13 +86,16 @@ type Plugin struct {
 	OnScan  func([]deviceplugin.Resource) error
 	// Health returns a JSON-able report and whether the node is healthy.
 	Health func() (any, bool)
+	// Watch are more folders whose changes mean the scan may differ (the
+	// vGPU device manager's run folder).
+	Watch []string
 }
 
 // Serve runs the plugin until ctx ends, with its readiness and metrics on
 // the shell's listener.
 func (c *Common) Serve(ctx context.Context, env *shell.Env, h *host.Host, p Plugin) error {
 	m, err := deviceplugin.NewManager(deviceplugin.Options{
-		Dir: c.DevicePluginDir, SocketPrefix: p.Name, Scanner: p.Scanner, WatchPaths: c.WatchPaths(h),
+		Dir: c.DevicePluginDir, SocketPrefix: p.Name, Scanner: p.Scanner, WatchPaths: append(c.WatchPaths(h), p.Watch...),
 		Rescan: c.Rescan, Ready: c.Ready(), OnScan: p.OnScan, Log: env.Log, Registerer: env.Metrics,
 	})
 	if err != nil {

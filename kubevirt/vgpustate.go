@@ -1,0 +1,72 @@
+package kubevirt
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// VGPUState is what the plugin reads of the vGPU device manager, through
+// two files in its run folder (names.VGPUPauseFile, names.VGPUReadyFile).
+type VGPUState struct {
+	// PauseFile exists while the manager changes a GPU's vGPUs.
+	PauseFile string
+	// ReadyFile is the manager's report; its gpus[].typeIds name the
+	// vendor-specific VFIO type ids of the vGPUs it made ("1155" ->
+	// "L40S-24Q"), which sysfs no longer names once a card is full.
+	ReadyFile string
+}
+
+// Paused reports whether the manager is changing vGPUs now.
+func (v VGPUState) Paused() bool {
+	if v.PauseFile == "" {
+		return false
+	}
+	_, err := os.Stat(v.PauseFile)
+	return err == nil
+}
+
+// TypeNames maps vendor type ids to vGPU type names ("NVIDIA L40S-24Q",
+// as sysfs names them) from the manager's report; none when there is no
+// report or it cannot be read (the caller falls back to sysfs's lists).
+func (v VGPUState) TypeNames() map[int]string {
+	out := map[int]string{}
+	if v.ReadyFile == "" {
+		return out
+	}
+	b, err := os.ReadFile(v.ReadyFile)
+	if errors.Is(err, fs.ErrNotExist) || err != nil {
+		return out
+	}
+	var report struct {
+		GPUs []struct {
+			TypeIDs map[string]string `json:"typeIds"`
+		} `json:"gpus"`
+	}
+	if json.Unmarshal(b, &report) != nil {
+		return out
+	}
+	for _, g := range report.GPUs {
+		for id, short := range g.TypeIDs {
+			if n, err := strconv.Atoi(id); err == nil && n > 0 && short != "" {
+				out[n] = "NVIDIA " + short
+			}
+		}
+	}
+	return out
+}
+
+// folders are the folders of the two files, watched so that a pause and
+// its end are seen at once.
+func (v VGPUState) folders() []string {
+	var out []string
+	for _, f := range []string{v.PauseFile, v.ReadyFile} {
+		if f != "" {
+			out = append(out, filepath.Dir(f))
+		}
+	}
+	return out
+}
