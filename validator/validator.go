@@ -32,6 +32,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // Options configure a Validator. Paths are host paths as mounted.
@@ -44,6 +45,9 @@ type Options struct {
 	// PermittedFile is the KubeVirt device plugin's permittedHostDevices
 	// file, published when the Node's deploy labels run that plugin.
 	PermittedFile string
+	// VGPUReadyFile is the vGPU device manager's report, checked when the
+	// Node's deploy labels run that manager.
+	VGPUReadyFile string
 	// Resync re-checks without an event (default 1m).
 	Resync time.Duration
 	Log    logr.Logger
@@ -210,6 +214,11 @@ func (v *Validator) check(ctx context.Context) Report {
 				problems = append(problems, p)
 			}
 		}
+		if deployed(names.VGPUDeviceManager) {
+			if p := v.checkVGPU(); p != "" {
+				problems = append(problems, p)
+			}
+		}
 		if deployed(names.KubeVirtDevicePlugin) && v.o.PermittedFile != "" {
 			problems = append(problems, v.publish(ctx, node)...)
 		}
@@ -249,6 +258,35 @@ func (v *Validator) checkVFIO() string {
 		return fmt.Sprintf("VFIO manager: not ready: %s", r.Error)
 	}
 	return ""
+}
+
+// checkVGPU reads the vGPU device manager's report: the node is ready only
+// once the selected config is applied on every GPU (a refusal, such as a
+// vGPU in use that the config would remove, or a config error is a problem).
+func (v *Validator) checkVGPU() string {
+	if v.o.VGPUReadyFile == "" {
+		return ""
+	}
+	r, err := vgpu.ReadReadyFile(v.o.VGPUReadyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("vGPU device manager: %s does not exist yet", v.o.VGPUReadyFile)
+	}
+	if err != nil {
+		return fmt.Sprintf("vGPU device manager: %v", err)
+	}
+	switch {
+	case r.State == vgpu.StateSuccess:
+		return ""
+	case r.Error != "":
+		return fmt.Sprintf("vGPU device manager: config %q not applied: %s", r.Config, r.Error)
+	case len(r.Refused) > 0:
+		reasons := make([]string, 0, len(r.Refused))
+		for _, x := range r.Refused {
+			reasons = append(reasons, fmt.Sprintf("%s: %s", x.Address, x.Reason))
+		}
+		return fmt.Sprintf("vGPU device manager: config %q not applied on %s", r.Config, strings.Join(reasons, "; "))
+	}
+	return fmt.Sprintf("vGPU device manager: config %q is %s", r.Config, r.State)
 }
 
 // publish keeps the Node's annotation equal to the plugin's file and

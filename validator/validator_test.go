@@ -55,6 +55,7 @@ type fixture struct {
 	node      string
 	ready     string
 	permitted string
+	vgpuReady string
 	v         *Validator
 	metrics   *prometheus.Registry
 }
@@ -71,8 +72,8 @@ func start(t *testing.T, name string, labels map[string]string) *fixture {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	f := &fixture{cs: cs, node: name, ready: filepath.Join(dir, "vfio-manager.ready"), permitted: filepath.Join(dir, "permitted.json"),
-		metrics: prometheus.NewRegistry()}
-	f.v, err = New(Options{NodeName: name, Client: cs, VFIOReadyFile: f.ready, PermittedFile: f.permitted, Resync: time.Hour, Log: logr.Discard(),
+		vgpuReady: filepath.Join(dir, names.VGPUReadyFile), metrics: prometheus.NewRegistry()}
+	f.v, err = New(Options{NodeName: name, Client: cs, VFIOReadyFile: f.ready, PermittedFile: f.permitted, VGPUReadyFile: f.vgpuReady, Resync: time.Hour, Log: logr.Discard(),
 		Registerer: f.metrics})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -187,4 +188,20 @@ func TestNewNeedsNodeAndClient(t *testing.T) {
 	require.ErrorContains(t, err, "node name")
 	_, err = New(Options{NodeName: "x"})
 	require.ErrorContains(t, err, "client")
+}
+
+// TestVGPUNodeWaitsForItsConfig: on a vm-vgpu node the validator is ready
+// only once the vGPU device manager applied the selected config on every
+// GPU; a refusal (a vGPU in use) or a config error is named.
+func TestVGPUNodeWaitsForItsConfig(t *testing.T) {
+	f := start(t, "gpu-vgpu", map[string]string{names.DeployLabel(names.VGPUDeviceManager): "true"})
+	f.waitProblems(t, "vGPU device manager: "+f.vgpuReady+" does not exist yet")
+	writeJSON(t, f.vgpuReady, map[string]any{"config": "A10-8Q", "state": "failed",
+		"refused": []map[string]any{{"gpu": 0, "address": "0000:3b:00.0", "reason": "in use: mdev 0c0ffee0 held by pid 4242 (qemu-kvm)"}}})
+	f.waitProblems(t, `vGPU device manager: config "A10-8Q" not applied on 0000:3b:00.0: in use: mdev 0c0ffee0 held by pid 4242 (qemu-kvm)`)
+	writeJSON(t, f.vgpuReady, map[string]any{"config": "nope", "state": "failed", "error": `config "nope" not found`})
+	f.waitProblems(t, `vGPU device manager: config "nope" not applied: config "nope" not found`)
+	writeJSON(t, f.vgpuReady, map[string]any{"config": "A10-4Q", "state": "success"})
+	f.waitProblems(t)
+	require.True(t, f.v.Report().Ready)
 }
