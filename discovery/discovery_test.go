@@ -161,8 +161,16 @@ func (ag *agent) resourceVersion(t *testing.T) string {
 	return n.ResourceVersion
 }
 
+// waitLabels waits until the Node carries exactly want of the agent's
+// labels and the agent reports ready with that many GPUs (the report is
+// set after the write, so the labels alone may show first).
 func (ag *agent) waitLabels(t *testing.T, want map[string]string) {
 	t.Helper()
+	gpus := 0
+	if v, ok := want[names.GPUCountLabel]; ok {
+		_, err := fmt.Sscan(v, &gpus)
+		require.NoError(t, err)
+	}
 	testutil.Eventually(t, wait, fmt.Sprintf("node %s labels %v", ag.node, want), func() bool {
 		l := ag.labels(t)
 		for _, k := range owned() {
@@ -170,7 +178,8 @@ func (ag *agent) waitLabels(t *testing.T, want map[string]string) {
 				return false
 			}
 		}
-		return ag.a.Report().Ready
+		r := ag.a.Report()
+		return r.Ready && r.GPUs == gpus
 	})
 }
 
