@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,13 +59,12 @@ func kubeconfig(t *testing.T, cfg *rest.Config) string {
 	return p
 }
 
-// The shipped command wires the root flags into the host model: pointed at
+// The shipped binary wires the root flags into the host model: pointed at
 // a simulated HGX H100 tree it labels its Node with 8 GPUs, and it exits 0
-// on cancellation.
+// on SIGTERM. (A separate process: the shell sets klog's global logger,
+// which the test's own client would read at the same time.)
 func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		testutil.MissingPeer(t, "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)")
-	}
+	testutil.EnvtestAssets(t)
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {
@@ -75,28 +75,52 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "hgx-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	k, _ := hostsim.NewHost(t, "hgx-h100")
 	o := k.Options()
+	bin := testutil.BuildBinary(t, ".")
 	var stderr bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- shell.Run(ctx, program(), []string{"discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
-			"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", ""}, shell.IO{Stderr: &stderr})
-	}()
+	cmd := exec.Command(bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
+		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
+	cmd.Stderr = &lockedWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	testutil.Eventually(t, 30*time.Second, "hgx-1 labelled with 8 GPUs", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "hgx-1", metav1.GetOptions{})
 		return err == nil && n.Labels[names.GPUPresentLabel] == "true" && n.Labels[names.GPUCountLabel] == "8"
 	})
-	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("exit %d after cancellation\n%s", code, stderr.String())
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(stderr.String(), fmt.Sprintf("%q", "Labelled node")) {
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit within 30s of SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), `"Labelled node"`) {
 		t.Errorf("no JSON log line of the labelling:\n%s", stderr.String())
 	}
+}
+
+// lockedWriter serializes writes (the process's stderr is copied by a
+// goroutine of os/exec while the test may read the buffer after Wait).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
