@@ -1,8 +1,14 @@
-// Package realkernel proves vfio-manager against a real Linux kernel: its test boots the
-// Debian kernel under QEMU (TCG) with an emulated Intel IOMMU, runs the static vfio-manager
-// as part of a busybox initramfs, and checks what the kernel ended up doing.
+// Package realkernel proves the product against a real Linux kernel: its tests boot the Debian
+// kernel under QEMU (TCG) with an emulated Intel IOMMU, run static binaries as part of a busybox
+// initramfs, and check what the kernel ended up doing.
 //
-// The kernel, QEMU and busybox come from hack/fetch-kernel.sh; without them the test skips.
+// TestRealKernel runs the static vfio-manager in its guests. TestRealKernelVGPU runs the guest
+// tests of package guest (one static test binary) against the kernel's mtty sample mdev driver
+// and QEMU's SR-IOV NVMe controller: the host model's mdev and VF protocol that package vgpu
+// drives, with the in-use check before every write that would block under a held device.
+//
+// The kernel, its modules, the mtty driver built for it, QEMU and busybox come from
+// hack/fetch-kernel.sh; without them the tests fail naming it (testutil.MissingPeer).
 // SANDBOX_GPU_KERNEL_DIR overrides where the kernel is looked for (default <repo>/.cache/kernel)
 // and SANDBOX_GPU_VFIO_MANAGER runs a prebuilt static binary (or a busybox shell script, to check
 // the harness itself) instead of building ./cmd/vfio-manager.

@@ -20,7 +20,7 @@ import (
 const (
 	kernelDirEnv   = "SANDBOX_GPU_KERNEL_DIR"
 	vfioManagerEnv = "SANDBOX_GPU_VFIO_MANAGER"
-	fetchHint      = "run hack/fetch-kernel.sh (as root) to install QEMU, busybox-static and the Debian kernel"
+	fetchHint      = "run hack/fetch-kernel.sh (as root) to install QEMU, busybox-static, the Debian kernel and the mtty sample driver built for it"
 )
 
 // hostEnv is what the host provides: QEMU, the extracted kernel and a static busybox.
@@ -176,7 +176,7 @@ func moduleLoadOrder(dir string, names []string) ([]string, error) {
 			visit(path)
 		case isBuiltin[key]:
 		default:
-			return nil, fmt.Errorf("module %s: not in %s/modules.dep", n, dir)
+			return nil, fmt.Errorf("module %s: %w (%s/modules.dep)", n, errNoModule, dir)
 		}
 	}
 	for _, p := range order {
@@ -185,6 +185,23 @@ func moduleLoadOrder(dir string, names []string) ([]string, error) {
 		}
 	}
 	return order, nil
+}
+
+// errNoModule is a module the extracted kernel lacks: a cache from an older fetch-kernel.sh.
+var errNoModule = errors.New("not in the extracted kernel")
+
+// requireModules resolves names with moduleLoadOrder; a module the cache lacks is a missing
+// peer (hack/fetch-kernel.sh refreshes the cache), anything else fails the test.
+func requireModules(t *testing.T, env hostEnv, names ...string) []string {
+	t.Helper()
+	mods, err := moduleLoadOrder(env.modulesDir, names)
+	if errors.Is(err, errNoModule) {
+		skipOrFail(t, "%v: %s", err, fetchHint)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mods
 }
 
 // moduleName turns kernel/drivers/vfio/pci/vfio-pci.ko into vfio_pci.

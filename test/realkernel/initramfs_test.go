@@ -86,21 +86,22 @@ func (c *cpioWriter) flush() error {
 }
 
 // initramfs is what goes into a guest: busybox, the kernel's modules as a host has them
-// (lib/modules/<release>, with modules.alias and the other indexes), vfio-manager, the init
-// script and the scenario it runs.
+// (lib/modules/<release>, with modules.alias and the other indexes), vfio-manager or other
+// static binaries, the init script and the scenario it runs.
 type initramfs struct {
 	busybox     string
-	modulesDir  string   // <kernel dir>/lib/modules/<release>
-	release     string   // the kernel release, its folder name under lib/modules
-	modules     []string // files under modulesDir that init loads, in this order
-	vfioManager string
+	modulesDir  string            // <kernel dir>/lib/modules/<release>
+	release     string            // the kernel release, its folder name under lib/modules
+	modules     []string          // files under modulesDir that init loads, in this order
+	vfioManager string            // "" for none
+	binaries    map[string]string // more executables: name under / -> host file
 	init        string
 	scenario    string // sourced by init
 }
 
 // writeTo writes the archive to path: /init, /scenario.sh, /bin/busybox (init installs the
-// applet links), /vfio-manager, /lib/modules/<release>/{modules.*,the modules to load} and
-// /etc/modules.load listing those modules in load order.
+// applet links), /vfio-manager and the other binaries, /lib/modules/<release>/{modules.*,the
+// modules to load} and /etc/modules.load listing those modules in load order.
 func (r initramfs) writeTo(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -125,7 +126,13 @@ func (r initramfs) write(w io.Writer) error {
 	c.file("init", 0o755, []byte(r.init))
 	c.file("scenario.sh", 0o644, []byte(r.scenario))
 
-	files := map[string]string{"bin/busybox": r.busybox, "vfio-manager": r.vfioManager} // archive name -> host file
+	files := map[string]string{"bin/busybox": r.busybox} // archive name -> host file
+	if r.vfioManager != "" {
+		files["vfio-manager"] = r.vfioManager
+	}
+	for name, p := range r.binaries {
+		files[name] = p
+	}
 	guestDir := "lib/modules/" + r.release
 	indexes, err := filepath.Glob(filepath.Join(r.modulesDir, "modules.*"))
 	if err != nil {

@@ -19,12 +19,10 @@ const (
 // and runs the static vfio-manager in the guest. Each guest runs one scenario script from
 // testdata; the assertions are made here on what it printed.
 func TestRealKernel(t *testing.T) {
+	t.Parallel()
 	env := requireHostEnv(t)
 	// busybox insmod ignores modules.softdep: vfio_iommu_type1 is named explicitly.
-	mods, err := moduleLoadOrder(env.modulesDir, []string{"vfio_iommu_type1", "vfio_pci", "e1000e"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mods := requireModules(t, env, "vfio_iommu_type1", "vfio_pci", "e1000e")
 	initScript, err := os.ReadFile(filepath.Join("testdata", "init.sh"))
 	if err != nil {
 		t.Fatalf("guest init: %v", err)

@@ -1,0 +1,97 @@
+package realkernel
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// guestTestBinary builds the guest tests (package guest, tag realkernelguest) into one static
+// x86_64 test binary for the initramfs.
+func guestTestBinary(t *testing.T, env hostEnv) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "guest.test")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-trimpath", "-tags", "realkernelguest", "-o", out, "./realkernel/guest")
+	cmd.Dir = filepath.Join(env.repoRoot, "test")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	start := time.Now()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the guest tests (./realkernel/guest): %v\n%s", err, msg)
+	}
+	t.Logf("built the static guest tests in %s", time.Since(start).Round(time.Millisecond))
+	if err := requireStatic(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// guestResult is one test or subtest the guest ran, from its -test.v output.
+type guestResult struct {
+	name, status string // PASS, FAIL or SKIP
+}
+
+// parseGuestTests reads the "--- PASS: name (0.01s)" lines of go test -v output, in order.
+func parseGuestTests(out string) []guestResult {
+	var rs []guestResult
+	for line := range strings.Lines(out) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "--- ")
+		if !ok {
+			continue
+		}
+		status, rest, ok := strings.Cut(rest, ": ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		rs = append(rs, guestResult{name: name, status: status})
+	}
+	return rs
+}
+
+// checkGuestTests checks a step that ran the guest test binary: it exited 0, the named top
+// tests passed, and every test and subtest it ran passed (none skipped). Each guest result
+// becomes a subtest here, so that a failure names the guest case; the guest's output is shown
+// once when anything failed.
+func checkGuestTests(t *testing.T, con *console, step string, top ...string) {
+	t.Helper()
+	st := con.step(t, step)
+	defer func() {
+		if t.Failed() {
+			t.Logf("guest output of %s:\n%s", st.cmd, quoteLines(st.stdout+st.stderr))
+		}
+	}()
+	if st.rc != 0 {
+		t.Errorf("%s: exit %d", st.cmd, st.rc)
+	}
+	results := parseGuestTests(st.stdout)
+	passed := map[string]bool{}
+	for _, r := range results {
+		passed[r.name] = r.status == "PASS"
+		t.Run(r.name, func(t *testing.T) {
+			if r.status != "PASS" {
+				t.Errorf("guest test %s: %s (its output is logged by the parent)", r.name, r.status)
+			}
+		})
+	}
+	for _, name := range top {
+		if !passed[name] {
+			t.Errorf("guest test %s did not pass (ran %d tests and subtests)", name, len(results))
+		}
+	}
+}
+
+// quoteLines prefixes every line with "| ": the guest's own "--- PASS" lines must not read as
+// results of this test to go test -json.
+func quoteLines(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString("| " + line)
+	}
+	return b.String()
+}
