@@ -76,7 +76,7 @@ func validate() *shell.Command {
 func discover() *shell.Command {
 	var kubeconfig string
 	o := discovery.Options{NodeName: os.Getenv("NODE_NAME")}
-	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: ":8085", Daemon: true,
+	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: ":8086", Daemon: true,
 		Summary: "labels its own Node " + names.GPUPresentLabel + "=true and " + names.GPUCountLabel +
 			"=N from sysfs while it has NVIDIA GPUs (and removes both when they are gone)",
 		Flags: func(fs *flag.FlagSet) {

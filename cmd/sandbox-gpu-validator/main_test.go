@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 func TestHelpListsDiscover(t *testing.T) {
@@ -36,6 +38,10 @@ func TestHelpListsDiscover(t *testing.T) {
 	out.Reset()
 	if code := shell.Run(context.Background(), program(), []string{"discover", "--help"}, shell.IO{Stdout: &out}); code != 0 {
 		t.Fatalf("discover --help exit %d", code)
+	}
+	// The default listener is the port the operator probes and names "metrics".
+	if want := fmt.Sprintf(`(default ":%d")`, operands.DiscoveryPort); !strings.Contains(out.String(), want) {
+		t.Errorf("discover --help lacks %s:\n%s", want, out.String())
 	}
 	for _, f := range []string{"-sysfs-root", "-node-name", "-resync", "-kubeconfig", "-health-addr"} {
 		if !strings.Contains(out.String(), f) {

@@ -1,6 +1,7 @@
 package operands
 
 import (
+	"fmt"
 	"path"
 	"slices"
 
@@ -21,8 +22,8 @@ const (
 )
 
 // DiscoveryPort is the GPU discovery agent's /healthz, /readyz and
-// /metrics port.
-const DiscoveryPort = 8085
+// /metrics port (the default of sandbox-gpu-validator discover).
+const DiscoveryPort = 8086
 
 // hostRootMount is a folder of a simulated host tree (Options.HostRoot):
 // its volume and the root flag it is handed to.
@@ -91,7 +92,7 @@ func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options)
 func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
-	c.Args = []string{"discover", "--health-addr=:8085"}
+	c.Args = []string{"discover", fmt.Sprintf("--health-addr=:%d", DiscoveryPort)}
 	apiAccess(ds)
 	spec.ServiceAccountName = DiscoveryServiceAccount
 	spec.NodeSelector = map[string]string{corev1.LabelOSStable: "linux"}

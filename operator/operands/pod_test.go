@@ -58,7 +58,7 @@ func TestGPUDiscoveryDaemonSet(t *testing.T) {
 	ds, c := build(t, names.GPUDiscovery, p, opts)
 	spec := ds.Spec.Template.Spec
 	assert.Equal(t, "sandbox-gpu-gpu-discovery", ds.Name)
-	assert.Equal(t, []string{"discover", "--health-addr=:8085", "--resync=5m"}, c.Args)
+	assert.Equal(t, []string{"discover", "--health-addr=:8086", "--resync=5m"}, c.Args)
 	assert.Equal(t, DiscoveryServiceAccount, spec.ServiceAccountName)
 	assert.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, spec.Tolerations, "every taint tolerated")
 	require.NotNil(t, spec.SecurityContext.RunAsNonRoot)
