@@ -30,6 +30,9 @@ type Options struct {
 	Writer     Writer     // default OSWriter
 	Links      LinkStater // default netlink in the current network namespace
 	Loader     ModuleLoader
+	// Claimer opens VFIO group nodes exclusively (ClaimGroup); default the
+	// OS, whose legacy VFIO group node admits one opener at a time.
+	Claimer GroupClaimer
 }
 
 // Host is the host model over one set of roots.
@@ -38,6 +41,7 @@ type Host struct {
 	writer                    Writer
 	links                     LinkStater
 	loader                    ModuleLoader
+	claimer                   GroupClaimer
 }
 
 // New returns a Host for the given options, applying the defaults.
@@ -45,7 +49,10 @@ func New(o Options) *Host {
 	h := &Host{
 		sysfs: orDefault(o.SysfsRoot, DefaultSysfsRoot), dev: orDefault(o.DevRoot, DefaultDevRoot),
 		proc: orDefault(o.ProcRoot, DefaultProcRoot), modules: o.ModulesDir,
-		writer: o.Writer, links: o.Links, loader: o.Loader,
+		writer: o.Writer, links: o.Links, loader: o.Loader, claimer: o.Claimer,
+	}
+	if h.claimer == nil {
+		h.claimer = OSClaimer{}
 	}
 	if h.writer == nil {
 		h.writer = OSWriter{}

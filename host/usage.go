@@ -258,31 +258,52 @@ func devName(ueventPath string) string {
 	return ""
 }
 
-// ClaimGroup opens /dev/vfio/<group> while a function of the group leaves
-// its vfio driver. The legacy VFIO group node admits one opener at a time:
-// EBUSY means a VM or container holds it, and while the claim is held
-// nobody can start using the group. A node that is absent, or not a
-// character device (a simulated host), is not claimed.
-func (h *Host) ClaimGroup(group int) (release func(), err error) {
+// GroupClaimer opens a VFIO group node exclusively: an error wrapping
+// syscall.EBUSY when another process holds the group (its group fd, or only
+// a device fd got through it, which /proc/*/fd does not show as the node).
+type GroupClaimer interface {
+	Claim(node string) (release func(), err error)
+}
+
+// OSClaimer claims group nodes on the running kernel. A node that is
+// absent, or not a character device, is not claimed.
+type OSClaimer struct{}
+
+// Claim opens node read-write and keeps it open until release.
+func (OSClaimer) Claim(node string) (func(), error) {
 	noop := func() {}
-	if group == NoGroup {
-		return noop, nil
-	}
-	node := filepath.Join(h.dev, "vfio", strconv.Itoa(group))
 	if _, ok := charDevice(node); !ok {
 		return noop, nil
 	}
 	f, err := os.OpenFile(node, os.O_RDWR, 0)
-	if errors.Is(err, syscall.EBUSY) {
-		return nil, fmt.Errorf("in use: %s is held by another process", node)
-	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return noop, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim IOMMU group %d: %w", group, err)
+		return nil, err
 	}
 	return func() { f.Close() }, nil
+}
+
+// ClaimGroup claims /dev/vfio/<group> while a member of the group leaves
+// its vfio driver, or while its mdev or VF vGPU is removed. The legacy VFIO
+// group node admits one opener at a time: EBUSY means a VM or container
+// holds it (even one that kept only a device fd, which no /proc scan
+// shows), and while the claim is held nobody can start using the group, so
+// an idle check made after the claim stays true until the write.
+func (h *Host) ClaimGroup(group int) (release func(), err error) {
+	if group == NoGroup {
+		return func() {}, nil
+	}
+	node := filepath.Join(h.dev, "vfio", strconv.Itoa(group))
+	release, err = h.claimer.Claim(node)
+	if errors.Is(err, syscall.EBUSY) {
+		return nil, fmt.Errorf("in use: %s is held by another process", node)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim IOMMU group %d: %w", group, err)
+	}
+	return release, nil
 }
 
 // CheckIdle rescans the processes and reports an error starting with

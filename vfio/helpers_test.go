@@ -62,3 +62,10 @@ func hostsimVF(addr, pf string, group int) hostsim.Func {
 	return hostsim.Func{Address: addr, Vendor: 0x10de, Device: 0x2236, SubVendor: 0x10de, SubDevice: 0x14b4,
 		Class: 0x030200, Driver: "nvidia", Group: group, PhysFn: pf, NvidiaMinor: -1}
 }
+
+func move(t testing.TB, h *host.Host, sel Selection, target Target) {
+	t.Helper()
+	if res := Apply(context.Background(), h, planFor(t, h, sel, target), ApplyOptions{}); !res.OK() {
+		t.Fatalf("move to %s: %v", target, res.Refused)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -127,4 +128,25 @@ func TestNoDowngradeOfVariantDriver(t *testing.T) {
 	plan := planFor(t, h, allOf(host.VendorNVIDIA), ToVFIO)
 	assert.Empty(t, plan.Actions)
 	assert.Empty(t, plan.Refused)
+}
+
+// A VM that kept only the VFIO device fd of a GPU (its group fd closed)
+// is invisible to the /proc scan; the group claim before the unbind sees
+// the busy group and the GPU stays on vfio-pci.
+func TestDeviceFDOnlyHolderKeepsItsGPU(t *testing.T) {
+	k, h := buildFixture(t, "a10")
+	move(t, h, allOf(host.VendorNVIDIA), ToVFIO)
+	f, err := h.ReadFunction("0000:3b:00.0")
+	require.NoError(t, err)
+	node := "vfio/" + strconv.Itoa(f.IOMMUGroup)
+	k.HoldDeviceFD(node)
+	res := Apply(context.Background(), h, planFor(t, h, allOf(host.VendorNVIDIA), ToHost), ApplyOptions{})
+	require.Len(t, res.Refused, 1)
+	assert.Contains(t, res.Refused[0].Reason, "in use")
+	assert.Equal(t, "vfio-pci", k.DriverOf("0000:3b:00.0"))
+	assert.Empty(t, k.Violations())
+	k.ReleaseDeviceFD(node)
+	res = Apply(context.Background(), h, planFor(t, h, allOf(host.VendorNVIDIA), ToHost), ApplyOptions{})
+	assert.True(t, res.OK(), "%v", res.Refused)
+	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"))
 }

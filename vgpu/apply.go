@@ -167,10 +167,10 @@ func precheck(ctx context.Context, h *host.Host, allocated Allocated, gp *GPUPla
 		var why string
 		switch s.Op {
 		case OpRemove:
-			why = u.busy(VGPU{ID: s.ID})
+			why = u.busy(VGPU{ID: s.ID}, true)
 		case OpDisableVFs:
 			for _, vf := range gp.GPU.VFs {
-				if w := u.busy(VGPU{ID: string(vf)}); w != "" {
+				if w := u.busy(VGPU{ID: string(vf)}, true); w != "" {
 					why = w
 				}
 			}

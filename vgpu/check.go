@@ -37,8 +37,13 @@ func lookUsage(ctx context.Context, h *host.Host, allocated Allocated) (*usage, 
 }
 
 // busy returns why a vGPU is in use, "" when it is idle.
-func (u *usage) busy(v VGPU) string {
+// busy says why v is in use ("" when idle): a process holds its device
+// node, or a pod is allocated it. With probe, it also tries to claim the
+// VFIO group (and lets go), which sees a VM that kept only the device fd;
+// a caller that holds the claim itself passes false.
+func (u *usage) busy(v VGPU, probe bool) string {
 	var reasons []string
+	group := host.NoGroup
 	if a, err := host.ParseAddress(v.ID); err == nil {
 		f, err := u.h.ReadFunction(a)
 		if err != nil {
@@ -49,6 +54,7 @@ func (u *usage) busy(v VGPU) string {
 			return "in use: cannot tell: " + err.Error()
 		}
 		reasons = append(reasons, r...)
+		group = f.IOMMUGroup
 	} else {
 		m, ok, err := u.h.ReadMdev(v.ID)
 		if err != nil {
@@ -60,7 +66,17 @@ func (u *usage) busy(v VGPU) string {
 				return "in use: cannot tell: " + err.Error()
 			}
 			reasons = append(reasons, r...)
+			group = m.IOMMUGroup
 		}
+	}
+	if len(reasons) == 0 && probe {
+		// A VM that kept only the VFIO device fd is in no /proc/*/fd as the
+		// group node, but the group is busy: try to claim it, and let go.
+		release, err := u.h.ClaimGroup(group)
+		if err != nil {
+			return err.Error()
+		}
+		release()
 	}
 	if u.allocErr != nil {
 		reasons = append(reasons, fmt.Sprintf("in use: cannot tell whether %s is allocated to a pod: %v", v.ID, u.allocErr))
@@ -79,7 +95,7 @@ func checkIdle(ctx context.Context, h *host.Host, allocated Allocated, v VGPU) e
 	if err != nil {
 		return fmt.Errorf("in use: cannot tell: %w", err)
 	}
-	if why := u.busy(v); why != "" {
+	if why := u.busy(v, false); why != "" { // the caller holds the claim
 		return errors.New(why)
 	}
 	return nil

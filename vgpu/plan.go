@@ -172,7 +172,7 @@ func planGPU(g *GPU, want map[string]int, node string, u *usage) ([]Step, string
 		if v.Type == "" && total > 0 {
 			return nil, fmt.Sprintf("unknown vGPU type: %s holds type id %s, which neither creatable_vgpu_types nor the catalog names; cannot tell whether it matches the config", v.ID, v.TypeID)
 		}
-		if why := u.busy(v); why != "" {
+		if why := u.busy(v, true); why != "" {
 			busy = append(busy, why)
 		}
 	}
@@ -202,7 +202,7 @@ func choose(g *GPU, want map[string]int, node string, u *usage) (keep, remove []
 		rank := map[string]int{}
 		for _, v := range vs {
 			rank[v.ID] = 1 << 20
-			if u.busy(v) != "" {
+			if u.busy(v, true) != "" {
 				rank[v.ID] = -1
 			} else if s, ok := stableSlot(node, g.Address, v.ID, len(g.VGPUs)+maxVGPUsPerGPU); ok {
 				rank[v.ID] = s

@@ -218,3 +218,28 @@ func dataOf(k *hostsim.Kernel, suffix string) []string {
 	}
 	return out
 }
+
+// TestDeviceFDOnlyHolderIsSeen: QEMU may keep only the VFIO device fd and
+// close the group fd; /proc/*/fd then does not name the group node (the
+// real-kernel suite shows it), but the group stays busy. The claim taken
+// before the check sees it: the GPU's change is refused with no removing
+// write, which on a real kernel would have blocked unkillably.
+func TestDeviceFDOnlyHolderIsSeen(t *testing.T) {
+	cfg := parse(t, testConfig)
+	k, h := fixture(t, "a10-vgpu")
+	require.True(t, apply(t, h, cfg, "default", Options{}, ApplyOptions{}).OK())
+	node := mdevGroup(t, h, StableUUID(testNode, "0000:3b:00.0", 1))
+	k.HoldDeviceFD(node)
+	k.ResetWrites()
+
+	res := apply(t, h, cfg, "small", Options{}, ApplyOptions{})
+	require.Len(t, res.Refused, 1)
+	assert.True(t, strings.HasPrefix(res.Refused[0].Reason, "in use: "), res.Refused[0].Reason)
+	assert.Contains(t, res.Refused[0].Reason, node)
+	assert.Empty(t, removingWrites(k), "no remove of a vGPU a VM holds")
+	assert.Empty(t, k.Violations())
+
+	k.ReleaseDeviceFD(node)
+	assert.True(t, apply(t, h, cfg, "small", Options{}, ApplyOptions{}).OK(), "released: the change goes through")
+	assert.Empty(t, k.Violations())
+}

@@ -55,11 +55,74 @@ func disableVFs(ctx context.Context, h *host.Host, allocated Allocated, pf host.
 				return fmt.Errorf("VF %s of %s holds mdev %s since the plan; left alone", vf, pf, m.UUID)
 			}
 		}
-		if err := checkIdle(ctx, h, allocated, VGPU{ID: string(vf)}); err != nil {
-			return err
+	}
+	release, err := claimAndCheck(ctx, h, allocated, func() (func(), error) { return claimVFs(h, f.VirtFns) }, vgpusOf(f.VirtFns)...)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return h.SetNumVFs(pf, 0)
+}
+
+func vgpusOf(vfs []host.Address) []VGPU {
+	out := make([]VGPU, 0, len(vfs))
+	for _, vf := range vfs {
+		out = append(out, VGPU{ID: string(vf)})
+	}
+	return out
+}
+
+// claimAndCheck claims the VFIO groups first, then checks that no process
+// and no pod uses the vGPUs: a holder of only a VFIO device fd (its group
+// fd closed) is invisible in /proc/*/fd but keeps the group busy, and
+// while the claims are held nothing can start using the vGPUs before the
+// write. A busy claim is reported with the holder the process scan names,
+// when it names one.
+func claimAndCheck(ctx context.Context, h *host.Host, allocated Allocated, claim func() (func(), error), vs ...VGPU) (func(), error) {
+	check := func() error {
+		for _, v := range vs {
+			if err := checkIdle(ctx, h, allocated, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	release, err := claim()
+	if err != nil {
+		if named := check(); named != nil {
+			return nil, named
+		}
+		return nil, err
+	}
+	if err := check(); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// claimVFs claims the VFIO group of each VF (see host.ClaimGroup).
+func claimVFs(h *host.Host, vfs []host.Address) (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
 		}
 	}
-	return h.SetNumVFs(pf, 0)
+	for _, vf := range vfs {
+		f, err := h.ReadFunction(vf)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		r, err := h.ClaimGroup(f.IOMMUGroup)
+		if err != nil {
+			release()
+			return nil, err // "in use: /dev/vfio/<group> is held by another process"
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
 }
 
 func remove(ctx context.Context, h *host.Host, allocated Allocated, s Step) error {
@@ -72,9 +135,11 @@ func remove(ctx context.Context, h *host.Host, allocated Allocated, s Step) erro
 		if strconv.Itoa(v.Current) != s.TypeID {
 			return fmt.Errorf("VF %s holds vGPU type %d, planned %s; left alone", vf, v.Current, s.TypeID)
 		}
-		if err := checkIdle(ctx, h, allocated, VGPU{ID: s.ID}); err != nil {
+		release, err := claimAndCheck(ctx, h, allocated, func() (func(), error) { return claimVFs(h, []host.Address{vf}) }, VGPU{ID: s.ID})
+		if err != nil {
 			return err
 		}
+		defer release()
 		return h.SetVGPUType(vf, 0)
 	}
 	m, ok, err := h.ReadMdev(s.ID)
@@ -84,9 +149,11 @@ func remove(ctx context.Context, h *host.Host, allocated Allocated, s Step) erro
 	if m.TypeID != s.TypeID {
 		return fmt.Errorf("mdev %s is of type %s, planned %s; left alone", s.ID, m.TypeID, s.TypeID)
 	}
-	if err := checkIdle(ctx, h, allocated, VGPU{ID: s.ID}); err != nil {
+	release, err := claimAndCheck(ctx, h, allocated, func() (func(), error) { return h.ClaimGroup(m.IOMMUGroup) }, VGPU{ID: s.ID})
+	if err != nil {
 		return err
 	}
+	defer release()
 	return h.RemoveMdev(s.ID)
 }
 

@@ -324,8 +324,13 @@ func (k *Kernel) heldNodes(f *simFunc, d *Driver) []string {
 	return held
 }
 
+// openFiles lists the device nodes simulated processes hold, through an
+// fd on the node or only a device fd got through it (HoldDeviceFD).
 func (k *Kernel) openFiles() map[string]bool {
 	open := map[string]bool{}
+	for n := range k.deviceFDs {
+		open[n] = true
+	}
 	fds, _ := filepath.Glob(filepath.Join(k.root, "proc", "[0-9]*", "fd", "*"))
 	for _, fd := range fds {
 		if t, err := os.Readlink(fd); err == nil {

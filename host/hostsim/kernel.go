@@ -54,6 +54,8 @@ type Kernel struct {
 	latency    func(Write) time.Duration
 	violations []string
 	nextFD     map[int]int
+	deviceFDs  map[string]int            // group nodes held only through a device fd
+	claims     map[string]bool           // group nodes claimed (host.GroupClaimer)
 	cards      map[host.Address]*simCard // vGPU-capable GPUs by PF (vgpumodel.go)
 }
 
@@ -114,7 +116,7 @@ func (k *Kernel) Options() host.Options {
 	return host.Options{
 		SysfsRoot: filepath.Join(k.root, "sys"), DevRoot: filepath.Join(k.root, "dev"),
 		ProcRoot: filepath.Join(k.root, "proc"), ModulesDir: filepath.Join(k.root, k.modulesRel()),
-		Writer: k, Links: k, Loader: k,
+		Writer: k, Links: k, Loader: k, Claimer: k,
 	}
 }
 
