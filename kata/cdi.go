@@ -41,21 +41,21 @@ func SpecName(resource string) string {
 // Spec builds the CDI spec of one resource.
 func Spec(r deviceplugin.Resource) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Kind: r.Name}
-	common := map[string]bool{}
+	common := map[string]string{} // container path -> host path
 	for _, d := range r.Devices {
 		dev := cdispec.Device{Name: d.ID}
 		for _, s := range d.Specs {
-			if s.HostPath == deviceplugin.HostDev+"/vfio/vfio" || s.HostPath == deviceplugin.HostDev+"/iommu" {
-				common[s.HostPath] = true
+			if shared(s.ContainerPath) {
+				common[s.ContainerPath] = s.HostPath
 				continue
 			}
-			dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: s.HostPath})
+			dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, node(s.ContainerPath, s.HostPath))
 		}
 		spec.Devices = append(spec.Devices, dev)
 	}
-	for _, p := range []string{deviceplugin.HostDev + "/vfio/vfio", deviceplugin.HostDev + "/iommu"} {
-		if common[p] {
-			spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, &cdispec.DeviceNode{Path: p})
+	for _, p := range []string{"/dev/vfio/vfio", "/dev/iommu"} {
+		if hostPath, ok := common[p]; ok {
+			spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, node(p, hostPath))
 		}
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
@@ -64,6 +64,22 @@ func Spec(r deviceplugin.Resource) (*cdispec.Spec, error) {
 	}
 	spec.Version = v
 	return spec, nil
+}
+
+// shared reports the nodes every device of a resource needs (the VFIO
+// container and iommufd), which go once into the spec's common edits.
+func shared(containerPath string) bool {
+	return containerPath == "/dev/vfio/vfio" || containerPath == "/dev/iommu"
+}
+
+// node is a CDI device node; the host path is given only where it differs
+// (a node whose /dev is elsewhere, tests).
+func node(containerPath, hostPath string) *cdispec.DeviceNode {
+	n := &cdispec.DeviceNode{Path: containerPath}
+	if hostPath != containerPath {
+		n.HostPath = hostPath
+	}
+	return n
 }
 
 // Write brings the folder in line with the resources.

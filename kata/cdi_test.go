@@ -240,8 +240,8 @@ func TestSpecNameAndShape(t *testing.T) {
 	assert.Equal(t, "sandbox-gpu-kata-nvidia.com-nvswitch.yaml", SpecName("nvidia.com/nvswitch"))
 
 	r := deviceplugin.Resource{Name: "nvidia.com/pgpu", Devices: []deviceplugin.Device{
-		{ID: "3", Specs: deviceplugin.VFIOSpecs(3, nil, false)},
-		{ID: "4", Specs: deviceplugin.VFIOSpecs(4, nil, false)},
+		{ID: "3", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)},
+		{ID: "4", Specs: deviceplugin.VFIOSpecs("", 4, nil, false)},
 	}}
 	spec, err := Spec(r)
 	require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestStaleSpecsFromAnEarlierRunAreRemoved(t *testing.T) {
 
 	w := &CDIWriter{Dir: dir}
 	require.NoError(t, w.Write([]deviceplugin.Resource{{Name: "nvidia.com/pgpu", Devices: []deviceplugin.Device{{ID: "12",
-		Specs: deviceplugin.VFIOSpecs(12, nil, false)}}}}))
+		Specs: deviceplugin.VFIOSpecs("", 12, nil, false)}}}}))
 	_, err := os.Stat(old)
 	assert.True(t, os.IsNotExist(err), "the earlier run's spec is gone")
 	_, err = os.Stat(foreign)
@@ -273,4 +273,18 @@ func TestStaleSpecsFromAnEarlierRunAreRemoved(t *testing.T) {
 	cache := loadCDI(t, dir)
 	assert.Nil(t, cache.GetDevice("nvidia.com/oldname=12"))
 	assert.NotNil(t, cache.GetDevice("nvidia.com/pgpu=12"))
+}
+
+// TestSpecOnAMovedDev: where the node's /dev is elsewhere (a simulated
+// node), the CDI device nodes keep their container paths and name the
+// host paths.
+func TestSpecOnAMovedDev(t *testing.T) {
+	spec, err := Spec(deviceplugin.Resource{Name: "nvidia.com/pgpu", Devices: []deviceplugin.Device{
+		{ID: "3", Specs: deviceplugin.VFIOSpecs("/sim/dev", 3, nil, false)}}})
+	require.NoError(t, err)
+	require.Len(t, spec.Devices, 1)
+	assert.Equal(t, "/dev/vfio/3", spec.Devices[0].ContainerEdits.DeviceNodes[0].Path)
+	assert.Equal(t, "/sim/dev/vfio/3", spec.Devices[0].ContainerEdits.DeviceNodes[0].HostPath)
+	assert.Equal(t, "/dev/vfio/vfio", spec.ContainerEdits.DeviceNodes[0].Path)
+	assert.Equal(t, "/sim/dev/vfio/vfio", spec.ContainerEdits.DeviceNodes[0].HostPath)
 }

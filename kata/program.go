@@ -27,7 +27,7 @@ func Program() *shell.Program {
 		fs.StringVar(&namesConfig, "names-config", "", "with --per-model-names: YAML/JSON file mapping \"10de:2236\" to a name")
 	}
 	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
-		s := &Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource}
+		s := &Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource, NodeDev: c.NodeDev}
 		if perModel {
 			var err error
 			if s.Namer, err = gpuname.NewNamer(c.PCIIDs, namesConfig); err != nil {

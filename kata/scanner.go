@@ -30,6 +30,9 @@ type Scanner struct {
 	Resource         string         // GPUs; default nvidia.com/pgpu
 	NVSwitchResource string         // NVSwitches; default nvidia.com/nvswitch
 	Namer            *gpuname.Namer // set for per-model names (nvidia.com/<MODEL>)
+	// NodeDev is the node's /dev as the container runtime sees it
+	// (deviceplugin.DefaultNodeDev when empty).
+	NodeDev string
 
 	mu        sync.Mutex
 	preflight Preflight
@@ -110,7 +113,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		addr, group := f.Address, f.IOMMUGroup
 		r.Devices = append(r.Devices, deviceplugin.Device{
 			ID: id, NUMA: f.NUMANode, Values: []string{name + "=" + id},
-			Specs: deviceplugin.VFIOSpecs(group, cdevs, iommufd),
+			Specs: deviceplugin.VFIOSpecs(s.NodeDev, group, cdevs, iommufd),
 			Check: func() error { return s.Host.StillOnVFIO(addr, group) },
 		})
 	}

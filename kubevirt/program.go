@@ -30,7 +30,7 @@ func Program() *shell.Program {
 		if err != nil {
 			return err
 		}
-		s := &Scanner{Host: h, Namer: namer, VGPU: state}
+		s := &Scanner{Host: h, Namer: namer, VGPU: state, NodeDev: c.NodeDev}
 		if printPermitted {
 			if _, err := s.Scan(ctx); err != nil {
 				return err

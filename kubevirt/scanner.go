@@ -46,6 +46,9 @@ type Scanner struct {
 	// VGPU is where the vGPU device manager says what it is doing; zero
 	// when it runs on no node of ours.
 	VGPU VGPUState
+	// NodeDev is the node's /dev as the container runtime sees it
+	// (deviceplugin.DefaultNodeDev when empty).
+	NodeDev string
 
 	mu        sync.Mutex
 	permitted v1.PermittedHostDevices
@@ -90,7 +93,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		}
 		addr, group := f.Address, f.IOMMUGroup
 		dev := deviceplugin.Device{ID: string(addr), NUMA: f.NUMANode, Values: []string{string(addr)},
-			Specs: deviceplugin.VFIOSpecs(group, f.VFIODevices, iommufd)}
+			Specs: deviceplugin.VFIOSpecs(s.NodeDev, group, f.VFIODevices, iommufd)}
 		switch {
 		case f.PhysFn == "" && host.IsVFIODriver(f.Driver):
 			name, _ := s.Namer.Name(f.Vendor, f.Device)
@@ -136,7 +139,7 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		}
 		uuid, group := m.UUID, m.IOMMUGroup
 		dev := deviceplugin.Device{ID: uuid, NUMA: parent.NUMANode, Values: []string{uuid},
-			Specs: deviceplugin.VFIOSpecs(group, nil, false),
+			Specs: deviceplugin.VFIOSpecs(s.NodeDev, group, nil, false),
 			Check: func() error { return s.Host.StillMdev(uuid, group) }}
 		b := add(TypeResource(m.TypeName), dev, "MDEV_PCI_RESOURCE")
 		b.mediated = &v1.MediatedHostDevice{MDEVNameSelector: m.TypeName, ResourceName: b.res.Name, ExternalResourceProvider: true}

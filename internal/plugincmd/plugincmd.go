@@ -28,6 +28,7 @@ type Common struct {
 	WaitReady       bool
 	ReadyFile       string
 	Rescan          time.Duration
+	NodeDev         string
 }
 
 // Register adds the common flags.
@@ -38,6 +39,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.WaitReady, "wait-vfio-ready", true, "advertise passthrough devices only after the VFIO manager reports the node ready")
 	fs.StringVar(&c.ReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
 	fs.DurationVar(&c.Rescan, "rescan", 30*time.Second, "period of the safety-net rescan")
+	fs.StringVar(&c.NodeDev, "node-dev-root", deviceplugin.DefaultNodeDev, "the node's /dev as the container runtime sees it: the device host paths handed to the kubelet are under it (--dev-root is where this process reads it)")
 }
 
 // Command is a device plugin's one command: the shell parses the common

@@ -215,6 +215,10 @@ func apiAccess(ds *appsv1.DaemonSet) {
 func devicePlugin(ds *appsv1.DaemonSet, o Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Args = append(c.Args, "--health-addr=:8084")
+	if o.HostRoot != "" {
+		// The runtime finds the simulated device nodes where the tree is.
+		c.Args = append(c.Args, "--node-dev-root="+path.Join(o.HostRoot, "dev"))
+	}
 	probe(c, "/readyz", 8084)
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
 	hostRoots(ds, o, false, func() {

@@ -146,6 +146,9 @@ func TestTestHostRoot(t *testing.T) {
 		for _, a := range []string{"--sysfs-root=" + o.HostRoot + "/sys", "--dev-root=" + o.HostRoot + "/dev", "--proc-root=" + o.HostRoot + "/proc"} {
 			assert.Contains(t, c.Args, a, op)
 		}
+		if op == names.KubeVirtDevicePlugin || op == names.KataDevicePlugin {
+			assert.Contains(t, c.Args, "--node-dev-root="+o.HostRoot+"/dev", "%s: the runtime finds the tree's device nodes", op)
+		}
 	}
 	for _, op := range Names() {
 		if slices.Contains(hostReaders(), op) {
