@@ -201,7 +201,7 @@ func (k *Kernel) addDevNodes(addr host.Address, dir string, f Func) error {
 		if err := os.WriteFile(filepath.Join(cdir, "uevent"), []byte("MAJOR=116\nMINOR="+strconv.Itoa(i)+"\nDEVNAME="+name+"\n"), 0o644); err != nil {
 			return err
 		}
-		if err := touch(filepath.Join(k.root, "dev", name)); err != nil {
+		if err := k.makeNode(filepath.Join(k.root, "dev", name)); err != nil {
 			return err
 		}
 	}
@@ -214,7 +214,7 @@ func (k *Kernel) addDevNodes(addr host.Address, dir string, f Func) error {
 		if err := os.WriteFile(filepath.Join(pdir, "information"), []byte(info), 0o644); err != nil {
 			return err
 		}
-		if err := touch(filepath.Join(k.root, "dev", fmt.Sprintf("nvidia%d", f.NvidiaMinor))); err != nil {
+		if err := k.makeNode(filepath.Join(k.root, "dev", fmt.Sprintf("nvidia%d", f.NvidiaMinor))); err != nil {
 			return err
 		}
 	}
@@ -239,13 +239,6 @@ func (k *Kernel) SetVirtFns(pf string, vfs ...string) error {
 		}
 	}
 	return nil
-}
-
-func touch(p string) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(p, nil, 0o666)
 }
 
 func symlinkFresh(target, link string) error {

@@ -264,7 +264,7 @@ func (k *Kernel) bind(f *simFunc, d *Driver) error {
 		return err
 	}
 	if d.VFIO {
-		return touch(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(f.group)))
+		return k.makeNode(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(f.group)))
 	}
 	return nil
 }

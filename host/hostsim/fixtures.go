@@ -41,8 +41,8 @@ type Hold struct {
 }
 
 // Build creates the fixture's simulated host under dir.
-func (fx Fixture) Build(dir string) (*Kernel, error) {
-	k, err := New(dir, fx.IOMMU)
+func (fx Fixture) Build(dir string, opts ...Option) (*Kernel, error) {
+	k, err := New(dir, fx.IOMMU, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (fx Fixture) Build(dir string) (*Kernel, error) {
 		}
 	}
 	for _, n := range fx.DevNodes {
-		if err := touch(filepath.Join(k.root, "dev", n)); err != nil {
+		if err := k.makeNode(filepath.Join(k.root, "dev", n)); err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
 		}
 	}

@@ -57,6 +57,7 @@ type Kernel struct {
 	deviceFDs  map[string]int            // group nodes held only through a device fd
 	claims     map[string]bool           // group nodes claimed (host.GroupClaimer)
 	cards      map[host.Address]*simCard // vGPU-capable GPUs by PF (vgpumodel.go)
+	charDevs   bool                      // device nodes are character devices (CharDevices)
 }
 
 type simFunc struct {
@@ -67,7 +68,7 @@ type simFunc struct {
 }
 
 // New creates an empty simulated host under dir (which must exist).
-func New(dir string, iommu bool) (*Kernel, error) {
+func New(dir string, iommu bool, opts ...Option) (*Kernel, error) {
 	dir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, fmt.Errorf("simulated host root: %w", err)
@@ -76,6 +77,9 @@ func New(dir string, iommu bool) (*Kernel, error) {
 		root: dir, release: "6.1.0-sim-amd64", drivers: map[string]*Driver{},
 		funcs: map[host.Address]*simFunc{}, links: map[string]bool{}, iommu: iommu,
 		nextFD: map[int]int{},
+	}
+	for _, o := range opts {
+		o(k)
 	}
 	for _, d := range []string{
 		"sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/kernel/iommu_groups", "sys/class/iommu",
@@ -90,7 +94,6 @@ func New(dir string, iommu bool) (*Kernel, error) {
 		"sys/bus/pci/drivers_autoprobe":                         "1\n",
 		"sys/module/vfio/parameters/enable_unsafe_noiommu_mode": "N\n",
 		"proc/sys/kernel/osrelease":                             k.release + "\n",
-		"dev/vfio/vfio":                                         "",
 	}
 	if iommu {
 		if err := os.MkdirAll(filepath.Join(dir, "sys/class/iommu/dmar0"), 0o755); err != nil {
@@ -101,6 +104,9 @@ func New(dir string, iommu bool) (*Kernel, error) {
 		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
 			return nil, err
 		}
+	}
+	if err := k.makeNodeMode(filepath.Join(dir, "dev", "vfio", "vfio"), 0o644); err != nil {
+		return nil, err
 	}
 	return k, nil
 }

@@ -71,7 +71,7 @@ func (k *Kernel) AddMdev(parent, uuid, typeID, typeName string, group int) error
 	if err := relLink(gdir, filepath.Join(dir, "iommu_group")); err != nil {
 		return err
 	}
-	return touch(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(group)))
+	return k.makeNode(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(group)))
 }
 
 // RemoveMdev removes a mediated device and its /dev/vfio node.
@@ -129,7 +129,7 @@ func (k *Kernel) SetVGPU(vf string, current int, creatable map[int]string) error
 	if current == 0 {
 		return os.RemoveAll(node)
 	}
-	return touch(node)
+	return k.makeNode(node)
 }
 
 // EnableIOMMUFD creates /dev/iommu and a vfio-dev/vfioN cdev for every
@@ -137,7 +137,7 @@ func (k *Kernel) SetVGPU(vf string, current int, creatable map[int]string) error
 func (k *Kernel) EnableIOMMUFD() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if err := touch(filepath.Join(k.root, "dev", "iommu")); err != nil {
+	if err := k.makeNode(filepath.Join(k.root, "dev", "iommu")); err != nil {
 		return err
 	}
 	n := 0
@@ -151,7 +151,7 @@ func (k *Kernel) EnableIOMMUFD() error {
 		if err := os.MkdirAll(filepath.Join(f.dir, "vfio-dev", name), 0o755); err != nil {
 			return err
 		}
-		if err := touch(filepath.Join(k.root, "dev", "vfio", "devices", name)); err != nil {
+		if err := k.makeNode(filepath.Join(k.root, "dev", "vfio", "devices", name)); err != nil {
 			return err
 		}
 	}

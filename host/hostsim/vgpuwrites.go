@@ -180,7 +180,7 @@ func (k *Kernel) makeMdevDir(dir, uuid, typeDir, driver string, group int) error
 	if err := relLink(gdir, filepath.Join(dir, "iommu_group")); err != nil {
 		return err
 	}
-	return touch(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(group)))
+	return k.makeNode(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(group)))
 }
 
 // freeGroup is the lowest IOMMU group number from 128 up that is unused.
@@ -243,7 +243,7 @@ func (k *Kernel) setVGPUType(c *simCard, vf host.Address, data string) error {
 		return syscall.EINVAL
 	}
 	c.current[vf] = id
-	if err := touch(node); err != nil {
+	if err := k.makeNode(node); err != nil {
 		return err
 	}
 	return k.refreshCard(c)
