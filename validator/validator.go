@@ -74,6 +74,8 @@ type Validator struct {
 	// patch yet (and the file changes in bursts).
 	staleRV, sent string
 	metrics       metrics
+	// expires is when the VFIO manager's last heartbeat runs out.
+	expires time.Time
 }
 
 type metrics struct {
@@ -182,6 +184,10 @@ func (v *Validator) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(v.o.Resync)
 	defer tick.Stop()
+	// expiry wakes the check when the VFIO manager's heartbeat runs out:
+	// a killed daemon writes no event.
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
 	poke()
 	for {
 		select {
@@ -189,12 +195,16 @@ func (v *Validator) Run(ctx context.Context) error {
 			return nil
 		case <-kick:
 		case <-tick.C:
+		case <-expiry.C:
 		case <-w.Events:
 		case err := <-w.Errors:
 			v.o.Log.Error(err, "File watch failed, checking anyway")
 		}
 		r := v.check(ctx)
 		v.o.Log.V(1).Info("Checked", "node", v.o.NodeName, "ready", r.Ready, "problems", r.Problems)
+		if !v.expires.IsZero() {
+			expiry.Reset(time.Until(v.expires) + 10*time.Millisecond)
+		}
 	}
 }
 
@@ -247,6 +257,7 @@ func (v *Validator) checkVFIO() string {
 	if v.o.VFIOReadyFile == "" {
 		return ""
 	}
+	v.expires = time.Time{}
 	r, err := vfio.ReadReadyFile(v.o.VFIOReadyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("VFIO manager: %s does not exist yet", v.o.VFIOReadyFile)
@@ -254,8 +265,9 @@ func (v *Validator) checkVFIO() string {
 	if err != nil {
 		return fmt.Sprintf("VFIO manager: %v", err)
 	}
-	if !r.Ready {
-		return fmt.Sprintf("VFIO manager: not ready: %s", r.Error)
+	v.expires = r.Expires
+	if ok, why := r.Judge(time.Now()); !ok {
+		return "VFIO manager: not ready: " + why
 	}
 	return ""
 }

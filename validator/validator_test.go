@@ -121,7 +121,7 @@ func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 		"VFIO manager: "+f.ready+" does not exist yet")
 	require.False(t, f.v.Report().Ready)
 
-	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":false,"error":"0000:3b:00.0: in use"}`), 0o644))
+	writeJSON(t, f.ready, map[string]any{"ready": false, "reason": "0000:3b:00.0: in use", "expires": time.Now().Add(time.Hour)})
 	writeJSON(t, f.permitted, a10)
 	f.waitProblems(t,
 		"VFIO manager: not ready: 0000:3b:00.0: in use",
@@ -130,7 +130,7 @@ func TestPassthroughNodeValidatesAndPublishes(t *testing.T) {
 	compact, _ := json.Marshal(a10)
 	require.Equal(t, string(compact), f.get(t).Annotations[names.PermittedAnnotation], "published before the kubelet advertises")
 
-	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
+	writeJSON(t, f.ready, liveReady(time.Hour))
 	n := f.get(t)
 	n.Status.Capacity = corev1.ResourceList{"nvidia.com/GA102GL_A10": resource.MustParse("1"), "nvidia.com/GB999_FUTURE": resource.MustParse("1")}
 	n.Status.Allocatable = n.Status.Capacity
@@ -167,7 +167,7 @@ func TestOnlyWhatTheDeployLabelsRun(t *testing.T) {
 	f := start(t, "gpu-kata", map[string]string{names.DeployLabel(names.VFIOManager): "true"})
 	writeJSON(t, f.permitted, a10)
 	f.waitProblems(t, "VFIO manager: "+f.ready+" does not exist yet")
-	require.NoError(t, os.WriteFile(f.ready, []byte(`{"ready":true}`), 0o644))
+	writeJSON(t, f.ready, liveReady(time.Hour))
 	f.waitProblems(t)
 	require.NotContains(t, f.get(t).Annotations, names.PermittedAnnotation)
 
@@ -204,4 +204,24 @@ func TestVGPUNodeWaitsForItsConfig(t *testing.T) {
 	writeJSON(t, f.vgpuReady, map[string]any{"config": "A10-4Q", "state": "success"})
 	f.waitProblems(t)
 	require.True(t, f.v.Report().Ready)
+}
+
+// liveReady is a ready file a live VFIO manager would write, its heartbeat
+// good for d.
+func liveReady(d time.Duration) map[string]any {
+	return map[string]any{"ready": true, "pid": 7, "heartbeat": time.Now(), "expires": time.Now().Add(d)}
+}
+
+// TestKilledVFIOManagerIsNotReady: the VFIO manager killed with -9 leaves
+// its ready file behind; once its heartbeat runs out the validator says so,
+// without any event to wake it.
+func TestKilledVFIOManagerIsNotReady(t *testing.T) {
+	f := start(t, "gpu-killed", map[string]string{names.DeployLabel(names.VFIOManager): "true"})
+	writeJSON(t, f.ready, liveReady(300*time.Millisecond))
+	f.waitProblems(t)
+	testutil.Eventually(t, 10*time.Second, "the heartbeat to run out", func() bool {
+		p := f.v.Report().Problems
+		return len(p) == 1 && strings.Contains(p[0], "VFIO manager: not ready: the VFIO manager (pid 7) has not written its readiness since") &&
+			strings.Contains(p[0], "it is not running")
+	})
 }

@@ -3,7 +3,6 @@ package vfio
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -33,7 +32,11 @@ type DaemonOptions struct {
 	LockFile string
 	// Resync is the period of the safety-net reconcile (default 5m).
 	Resync time.Duration
-	Log    logr.Logger
+	// Heartbeat is how often the readiness file is rewritten while the
+	// daemon lives (default 10s); readers take a file whose heartbeat is
+	// older than three of these as a dead daemon's.
+	Heartbeat time.Duration
+	Log       logr.Logger
 	// Registerer receives the daemon's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 }
@@ -46,36 +49,6 @@ type Daemon struct {
 	ready   bool
 	last    *ReadyReport
 	metrics daemonMetrics
-}
-
-// ReadReadyFile reads a readiness file the daemon wrote (what device
-// plugins, the validator and the demo wait for).
-func ReadReadyFile(path string) (*ReadyReport, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r ReadyReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &r, nil
-}
-
-// IsReady reports whether the readiness file at path says ready.
-func IsReady(path string) bool {
-	r, err := ReadReadyFile(path)
-	return err == nil && r.Ready
-}
-
-// ReadyReport is the content of the readiness file and of /readyz.
-type ReadyReport struct {
-	Ready   bool      `json:"ready"`
-	Time    time.Time `json:"time"`
-	VFIO    []string  `json:"vfio"`
-	Actions []Action  `json:"actions"`
-	Refused []Refusal `json:"refused"`
-	Error   string    `json:"error,omitempty"`
 }
 
 type daemonMetrics struct {
@@ -91,6 +64,9 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 	}
 	if opts.Resync <= 0 {
 		opts.Resync = 5 * time.Minute
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 10 * time.Second
 	}
 	if opts.ConfigFile == "" {
 		if _, _, err := opts.Desired.Selections(); err != nil {
@@ -138,6 +114,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.clearReady()
 	tick := time.NewTicker(d.opts.Resync)
 	defer tick.Stop()
+	beat := time.NewTicker(d.opts.Heartbeat)
+	defer beat.Stop()
 	d.reconcileAndLog(ctx, "start")
 	for {
 		select {
@@ -154,6 +132,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.reconcileAndLog(ctx, "watch error")
 		case <-tick.C:
 			d.reconcileAndLog(ctx, "resync")
+		case <-beat.C:
+			d.heartbeat()
 		}
 	}
 }
@@ -180,7 +160,7 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 	rep, err := d.reconcile(ctx)
 	if err != nil {
 		d.metrics.reconciles.WithLabelValues("error").Inc()
-		d.setReady(&ReadyReport{Time: time.Now(), Error: err.Error()})
+		d.setReady(&ReadyReport{Time: time.Now(), Error: err.Error(), Reason: "cannot reconcile: " + err.Error(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}})
 		return nil, err
 	}
 	result := "ok"
@@ -214,7 +194,7 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		return nil, err
 	}
 	toVFIO.IgnoreMissing, toHost.IgnoreMissing = true, true
-	rep := &ReadyReport{Ready: true, Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
+	rep := &ReadyReport{Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
 	for _, step := range []struct {
 		sel    Selection
 		target Target
@@ -241,6 +221,7 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 			}
 		}
 	}
+	rep.Ready, rep.Reason = judgeRefusals(rep.Refused)
 	return rep, nil
 }
 
@@ -253,18 +234,30 @@ func (d *Daemon) setReady(rep *ReadyReport) {
 	} else {
 		d.metrics.ready.Set(0)
 	}
+	d.writeReadyLocked()
+}
+
+// heartbeat rewrites the readiness file with a new heartbeat.
+func (d *Daemon) heartbeat() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last != nil {
+		d.writeReadyLocked()
+	}
+}
+
+// writeReadyLocked writes the last report, ready or not (readers then
+// know why), stamped with this process and a fresh heartbeat.
+func (d *Daemon) writeReadyLocked() {
 	if d.opts.ReadyDir == "" {
 		return
 	}
 	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
-	if !rep.Ready {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)
-		}
-		return
-	}
+	rep := *d.last
+	now := time.Now()
+	rep.PID, rep.Heartbeat, rep.Expires = os.Getpid(), now, now.Add(3*d.opts.Heartbeat)
 	var buf bytes.Buffer
-	if err := WriteJSON(&buf, rep); err != nil {
+	if err := WriteJSON(&buf, &rep); err != nil {
 		d.opts.Log.Error(err, "Cannot encode readiness", "path", p)
 		return
 	}
@@ -273,8 +266,20 @@ func (d *Daemon) setReady(rep *ReadyReport) {
 	}
 }
 
+// clearReady removes the readiness file on a graceful stop: nobody is
+// there to keep it true.
 func (d *Daemon) clearReady() {
-	d.setReady(&ReadyReport{Time: time.Now(), Error: "stopped"})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ready, d.last = false, &ReadyReport{Time: time.Now(), Error: "stopped"}
+	d.metrics.ready.Set(0)
+	if d.opts.ReadyDir == "" {
+		return
+	}
+	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)
+	}
 }
 
 // Readiness is the daemon's readiness check (the shell serves it on

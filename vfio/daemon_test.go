@@ -88,6 +88,9 @@ func TestDaemonHoldsDesiredStateAndNeverUnbindsInUse(t *testing.T) {
 	eventually(t, "readiness file", func() (ok bool) { rep, ok = readReady(ready); return ok })
 	assert.Equal(t, []string{"0000:af:00.0"}, rep.VFIO)
 	assert.Contains(t, refusedFor(rep, "0000:3b:00.0"), "in use", "the busy GPU is reported")
+	ok, why := rep.Judge(time.Now())
+	assert.False(t, ok, "a refusal is not ready")
+	assert.Contains(t, why, "0000:3b:00.0: in use")
 	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"), "the busy GPU stays on its driver")
 	assert.Equal(t, "vfio-pci", k.DriverOf("0000:af:00.0"))
 
@@ -107,7 +110,7 @@ func TestDaemonHoldsDesiredStateAndNeverUnbindsInUse(t *testing.T) {
 
 	before := drivers(k)
 	rd.stop(t)
-	_, ok := readReady(ready)
+	_, ok = readReady(ready)
 	assert.False(t, ok, "readiness file removed on shutdown")
 	assert.Equal(t, before, drivers(k), "shutdown moves nothing")
 	assert.Empty(t, k.Violations())
@@ -148,8 +151,12 @@ func TestDaemonBadConfigIsNotReady(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadInput)
 	assert.Contains(t, err.Error(), cfg)
 	assert.Contains(t, err.Error(), "../../x")
-	_, ok := readReady(dir)
-	assert.False(t, ok)
+	rep, ok := readReady(dir)
+	require.True(t, ok, "the file says why it is not ready")
+	ready, why := rep.Judge(time.Now())
+	assert.False(t, ready)
+	assert.Contains(t, why, "../../x")
+	assert.False(t, IsReady(filepath.Join(dir, names.VFIOReadyFile)))
 }
 
 func TestDaemonReadinessAndMetrics(t *testing.T) {
@@ -191,4 +198,47 @@ func TestDaemonReportsMissingDevices(t *testing.T) {
 	assert.Equal(t, []string{"0000:3b:00.0"}, rep.VFIO)
 	assert.Contains(t, refusedFor(rep, "0000:af:00.0"), "not found")
 	assert.Equal(t, "vfio-pci", k.DriverOf("0000:3b:00.0"))
+}
+
+// TestReadinessIsHonest: a node with the IOMMU off is not ready and says
+// why, in the file and on /readyz; the file carries a heartbeat the daemon
+// renews; once the daemon is gone (killed: its file left behind) the file
+// reads as not ready.
+func TestReadinessIsHonest(t *testing.T) {
+	_, h := buildFixture(t, "iommu-off")
+	dir := t.TempDir()
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: dir, Heartbeat: 20 * time.Millisecond, Log: logr.Discard()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var first *ReadyReport
+	eventually(t, "the readiness file", func() (ok bool) { first, ok = readReady(dir); return ok })
+	ok, why := first.Judge(time.Now())
+	assert.False(t, ok)
+	assert.Contains(t, why, "iommu")
+	ready, detail := d.Readiness()
+	assert.False(t, ready)
+	assert.Contains(t, detail.(*ReadyReport).Reason, "iommu")
+	eventually(t, "a newer heartbeat", func() bool {
+		r, ok := readReady(dir)
+		return ok && r.Heartbeat.After(first.Heartbeat) && r.PID == os.Getpid()
+	})
+	cancel()
+	require.NoError(t, <-done)
+
+	// A live daemon's ready file, then the daemon killed: nothing renews it.
+	_, h = buildFixture(t, "a10")
+	d, err = NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: dir, Heartbeat: 20 * time.Millisecond, Log: logr.Discard()})
+	require.NoError(t, err)
+	_, err = d.Reconcile(context.Background())
+	require.NoError(t, err)
+	path := filepath.Join(dir, names.VFIOReadyFile)
+	require.True(t, IsReady(path), "written just now by a live daemon")
+	r, err := ReadReadyFile(path)
+	require.NoError(t, err)
+	ok, why = r.Judge(r.Expires.Add(time.Millisecond))
+	assert.False(t, ok, "past its expiry the file is a dead daemon's")
+	assert.Contains(t, why, "is not running")
+	eventually(t, "the file to expire without a daemon", func() bool { return !IsReady(path) })
 }

@@ -3,9 +3,11 @@ package plugincmd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,8 +69,12 @@ func TestReadyGateReadsTheVFIOManagersFile(t *testing.T) {
 	assert.False(t, ready())
 	require.NoError(t, os.WriteFile(c.ReadyFile, []byte("garbage"), 0o644))
 	assert.False(t, ready())
-	require.NoError(t, os.WriteFile(c.ReadyFile, []byte(`{"ready":true,"vfio":["0000:3b:00.0"]}`), 0o644))
+	live := fmt.Sprintf(`{"ready":true,"vfio":["0000:3b:00.0"],"expires":%q}`, time.Now().Add(time.Hour).Format(time.RFC3339Nano))
+	require.NoError(t, os.WriteFile(c.ReadyFile, []byte(live), 0o644))
 	assert.True(t, ready())
+	dead := fmt.Sprintf(`{"ready":true,"vfio":["0000:3b:00.0"],"expires":%q}`, time.Now().Add(-time.Second).Format(time.RFC3339Nano))
+	require.NoError(t, os.WriteFile(c.ReadyFile, []byte(dead), 0o644))
+	assert.False(t, ready(), "a killed VFIO manager's file (heartbeat run out) is not ready")
 }
 
 // TestWatchPathsComeFromTheHostModel: the device folders are the host

@@ -16,7 +16,7 @@ import (
 func daemonCommand() *shell.Command {
 	var c common
 	var config, readyDir string
-	var resync time.Duration
+	var resync, heartbeat time.Duration
 	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--ready-dir DIR] [--health-addr ADDR]",
 		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: ":8081", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
@@ -24,6 +24,7 @@ func daemonCommand() *shell.Command {
 			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host); watched for changes")
 			fs.StringVar(&readyDir, "ready-dir", names.RunDir, "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "period of the safety-net reconcile")
+			fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "how often the readiness file is renewed; readers take one three heartbeats old as a dead daemon's")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			desired := vfio.Desired{Vendor: c.vendor, All: c.all, NVSwitches: c.nvswitches, Devices: c.devices}
@@ -31,7 +32,7 @@ func daemonCommand() *shell.Command {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
 			d, err := vfio.NewDaemon(vfio.DaemonOptions{Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
-				ReadyDir: readyDir, Resync: resync, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics})
+				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics})
 			if err != nil {
 				return err
 			}
