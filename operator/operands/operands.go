@@ -38,6 +38,10 @@ type Options struct {
 	// --sysfs-root, --dev-root and --proc-root pointing there, instead of
 	// the node's /sys and /dev. "" (production) leaves them as they are.
 	HostRoot string
+	// OSTag is the vm-vgpu nodes' OS as the GPU Operator names it
+	// (ubuntu22.04: Node Feature Discovery's os_release ID and VERSION_ID),
+	// appended to a bare vGPU host driver version; "" when unknown.
+	OSTag string
 }
 
 type builder struct {
@@ -45,6 +49,12 @@ type builder struct {
 	privileged bool // sysfs writes need it
 	spec       func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec
 	customize  func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options)
+	// image, when set, makes the image from the policy (over spec's Image);
+	// "" keeps the default.
+	image func(p *v1alpha1.SandboxGPUPolicySpec, o Options) string
+	// pullSecrets, when set, are this operand's own pull secrets, added
+	// to the operator's and the policy's.
+	pullSecrets func(p *v1alpha1.SandboxGPUPolicySpec) []string
 }
 
 var builders = map[string]builder{
@@ -105,33 +115,20 @@ var builders = map[string]builder{
 			probe(c, "/readyz", 8082)
 		}},
 	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
-		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
-		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
-			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)"}
-			apiAccess(ds)
-			hostRoots(ds, o, true, func() {
-				mount(ds, "sys", "/sys", false)
-				mount(ds, "dev", "/dev", false)
-			})
-			if name := p.VGPUDeviceManager.Config.Name; name != "" {
-				ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "vgpu-config",
-					VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
-				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: "/etc/vgpu-config", ReadOnly: true})
-			}
-		}},
+		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
+		customize: vgpuDeviceManager,
+	},
 	names.VGPUManager: {binary: "vgpu-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec {
-			return v1alpha1.OperandSpec(p.VGPUManager)
+			m := p.VGPUManager
+			return v1alpha1.OperandSpec{Enabled: m.Enabled, Args: m.Args, Env: m.Env, Resources: m.Resources}
 		},
-		// NVIDIA's own image: it takes none of our root flags, so
-		// Options.HostRoot leaves it alone.
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
-			ds.Spec.Template.Spec.HostPID = true
-			mount(ds, "run-nvidia", "/run/nvidia", false)
-			mount(ds, "sys", "/sys", false)
-			mount(ds, "dev", "/dev", false)
-		}},
+		image: func(p *v1alpha1.SandboxGPUPolicySpec, o Options) string {
+			return VGPUManagerImage(p.VGPUManager, o.OSTag)
+		},
+		pullSecrets: func(p *v1alpha1.SandboxGPUPolicySpec) []string { return p.VGPUManager.ImagePullSecrets },
+		customize:   vgpuManager,
+	},
 	names.GPUDiscovery: {binary: "sandbox-gpu-validator",
 		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.GPUDiscovery },
 		customize: discovery,
@@ -156,8 +153,7 @@ func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 		return false
 	}
 	if operand == names.VGPUManager {
-		m := p.VGPUManager
-		return m.Enabled != nil && *m.Enabled && m.Image != ""
+		return p.VGPUManager.IsEnabled()
 	}
 	return b.spec(p).IsEnabled()
 }
@@ -197,7 +193,16 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	if s.Image != "" {
 		c.Image = s.Image
 	}
-	pullWith(ds, p, o)
+	if b.image != nil {
+		if img := b.image(p, o); img != "" {
+			c.Image = img
+		}
+	}
+	var own []string
+	if b.pullSecrets != nil {
+		own = b.pullSecrets(p)
+	}
+	pullWith(ds, p, o, own...)
 	c.Args = append(c.Args, s.Args...)
 	c.Env = append(c.Env, s.Env...)
 	if s.Resources != nil {

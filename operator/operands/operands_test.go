@@ -106,7 +106,8 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 // port agree.
 func TestMetricsPorts(t *testing.T) {
 	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
-		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort}
+		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort,
+		names.VGPUDeviceManager: VGPUDeviceManagerPort}
 	for name, port := range want {
 		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
 		require.NoError(t, err)

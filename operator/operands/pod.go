@@ -64,9 +64,10 @@ func mountAt(ds *appsv1.DaemonSet, name, p string, t corev1.HostPathType, readOn
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: readOnly})
 }
 
-// pullWith sets the pull secrets (the operator's, then the policy's, each
-// once) and the pull policy (the policy's over the operator's) of the pod.
-func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
+// pullWith sets the pull secrets (the operator's, then the policy's, then
+// the operand's own, each once) and the pull policy (the policy's over the
+// operator's) of the pod.
+func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options, own ...string) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.ImagePullPolicy = o.ImagePullPolicy
 	if p.ImagePullPolicy != "" {
@@ -74,7 +75,7 @@ func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options)
 	}
 	var refs []corev1.LocalObjectReference
 	var seen []string
-	for _, name := range append(slices.Clone(o.ImagePullSecrets), p.ImagePullSecrets...) {
+	for _, name := range slices.Concat(o.ImagePullSecrets, p.ImagePullSecrets, own) {
 		if name == "" || slices.Contains(seen, name) {
 			continue
 		}

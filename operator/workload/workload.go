@@ -5,6 +5,7 @@ package workload
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,13 +60,11 @@ func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid strin
 }
 
 // Operands returns the operands a node with this config runs under the
-// policy, sorted.
+// policy, sorted. A config the policy's mode cannot serve (Unsupported)
+// runs none.
 func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 	s := p.Spec
-	mode := s.SandboxWorkloads.Mode
-	if mode == "" {
-		mode = v1alpha1.ModeKubeVirt
-	}
+	mode := Mode(p)
 	var out []string
 	add := func(name string, enabled bool) {
 		if enabled {
@@ -81,13 +80,63 @@ func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 		add(names.KataDevicePlugin, mode == v1alpha1.ModeKata && s.KataSandboxDevicePlugin.IsEnabled())
 		add(names.Validator, s.Validator.IsEnabled())
 	case v1alpha1.WorkloadVMVGPU:
-		vm := s.VGPUManager
-		add(names.VGPUManager, vm.Enabled != nil && *vm.Enabled && vm.Image != "")
+		if Unsupported(config, p) != "" {
+			return nil
+		}
+		add(names.VGPUManager, s.VGPUManager.IsEnabled())
 		add(names.VGPUDeviceManager, s.VGPUDeviceManager.IsEnabled())
 		add(names.KubeVirtDevicePlugin, s.SandboxDevicePlugin.IsEnabled())
 		add(names.Validator, s.Validator.IsEnabled())
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Mode is the policy's sandbox mode (kubevirt when unset).
+func Mode(p *v1alpha1.SandboxGPUPolicy) string {
+	if m := p.Spec.SandboxWorkloads.Mode; m != "" {
+		return m
+	}
+	return v1alpha1.ModeKubeVirt
+}
+
+// Unsupported says, in a sentence without the node's name, why the
+// policy's mode cannot serve config; "" when it can. Kata takes no vGPU: a
+// vm-vgpu node in Kata mode runs no operand (it must not silently become a
+// passthrough node) and is reported.
+func Unsupported(config string, p *v1alpha1.SandboxGPUPolicy) string {
+	if config == v1alpha1.WorkloadVMVGPU && p.Spec.SandboxWorkloads.Enabled && Mode(p) == v1alpha1.ModeKata {
+		return "Kata (spec.sandboxWorkloads.mode=kata) takes no vGPU, so no vGPU operand runs there; " +
+			"label the node " + names.WorkloadConfigLabel + "=vm-passthrough or container, or run the policy in kubevirt mode"
+	}
+	return ""
+}
+
+// Prerequisite names the operand that must be ready on a node before
+// operand is started there ("" for none): the vGPU device manager waits
+// for the vGPU host driver (when it is deployed), as the GPU Operator's
+// vgpu-device-manager waits for its vgpu-manager: the driver container
+// enables the SR-IOV VFs itself at start and tears them down when that
+// fails, so nothing may touch the VFs before it is done.
+func Prerequisite(operand string) string {
+	if operand == names.VGPUDeviceManager {
+		return names.VGPUManager
+	}
+	return ""
+}
+
+// Staged returns the operands to label now: those of want whose
+// prerequisite is not wanted, is ready (ready[name]), or that run already
+// (labelled[name]: a running operand is never stopped for its
+// prerequisite's restart).
+func Staged(want []string, ready, labelled map[string]bool) []string {
+	out := make([]string, 0, len(want))
+	for _, o := range want {
+		pre := Prerequisite(o)
+		if pre == "" || !slices.Contains(want, pre) || ready[pre] || labelled[o] {
+			out = append(out, o)
+		}
+	}
 	return out
 }
 
@@ -129,6 +178,15 @@ func GPUResource(config, resource string) bool {
 	default:
 		return resource != "nvidia.com/gpu" && !strings.HasPrefix(resource, "nvidia.com/mig-")
 	}
+}
+
+// IsVGPUResource reports whether a resource is a vGPU type the KubeVirt
+// device plugin advertises: nvidia.com/NVIDIA_<type> (the sysfs type name
+// "NVIDIA A10-4Q" with blanks as _), for mdev vGPUs and SR-IOV
+// vendor-specific VFIO vGPUs (VFs) alike; passthrough GPUs are named
+// after their pci.ids model (nvidia.com/GA102GL_A10).
+func IsVGPUResource(resource string) bool {
+	return strings.HasPrefix(resource, "nvidia.com/NVIDIA_")
 }
 
 // HoldsGPU reports whether a pod that has not finished requests a GPU

@@ -102,3 +102,40 @@ func TestHoldsGPU(t *testing.T) {
 	assert.False(t, HoldsGPU(pod("nvidia.com/gpu", corev1.PodSucceeded), "container"), "finished pods hold nothing")
 	assert.False(t, HoldsGPU(pod("cpu", corev1.PodRunning), "container"))
 }
+
+// Kata takes no vGPU: a vm-vgpu node in Kata mode runs nothing (it must not
+// become a passthrough node) and the reason is a sentence.
+func TestKataTakesNoVGPU(t *testing.T) {
+	kata := policy(true, "kata", "")
+	on := true
+	kata.Spec.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "registry.example/vgpu-manager:550"}
+	assert.Empty(t, Operands("vm-vgpu", kata))
+	why := Unsupported("vm-vgpu", kata)
+	assert.Contains(t, why, "Kata")
+	assert.Contains(t, why, "takes no vGPU")
+	for _, config := range []string{"container", "vm-passthrough"} {
+		assert.Empty(t, Unsupported(config, kata), config)
+	}
+	assert.Empty(t, Unsupported("vm-vgpu", policy(true, "kubevirt", "")))
+	assert.Empty(t, Unsupported("vm-vgpu", policy(true, "", "")), "kubevirt is the default mode")
+	assert.NotEmpty(t, Operands("vm-vgpu", policy(true, "", "")))
+}
+
+// The vGPU device manager starts once the vGPU host driver is ready, when
+// that driver is deployed at all; a running one is never stopped for it.
+func TestStaged(t *testing.T) {
+	want := []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager, names.VGPUManager}
+	assert.Equal(t, []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUManager}, Staged(want, nil, nil))
+	assert.Equal(t, want, Staged(want, map[string]bool{names.VGPUManager: true}, nil))
+	assert.Equal(t, want, Staged(want, nil, map[string]bool{names.VGPUDeviceManager: true}), "already running")
+	noDriver := []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}
+	assert.Equal(t, noDriver, Staged(noDriver, nil, nil), "a host-installed vGPU driver: nothing to wait for")
+}
+
+func TestIsVGPUResource(t *testing.T) {
+	assert.True(t, IsVGPUResource("nvidia.com/NVIDIA_A10-4Q"), "mdev")
+	assert.True(t, IsVGPUResource("nvidia.com/NVIDIA_L40S-24Q"), "SR-IOV VF")
+	assert.False(t, IsVGPUResource("nvidia.com/GA102GL_A10"))
+	assert.False(t, IsVGPUResource("nvidia.com/gpu"))
+	assert.False(t, IsVGPUResource("example.com/NVIDIA_A10-4Q"))
+}

@@ -19,6 +19,7 @@ const (
 )
 
 // SandboxWorkloads turns sandboxed GPU workloads on and picks how.
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'kata' || !has(self.defaultWorkload) || self.defaultWorkload != 'vm-vgpu'",message="sandboxWorkloads.defaultWorkload vm-vgpu needs mode kubevirt: Kata takes no vGPU"
 type SandboxWorkloads struct {
 	// Enabled turns on sandbox workloads; when off every GPU node runs containers.
 	// +optional
@@ -72,23 +73,57 @@ type VFIOManagerSpec struct {
 	Vendor string `json:"vendor,omitempty"`
 }
 
-// VGPUManagerSpec configures the vGPU host driver manager. Its image lives
-// in a private registry, so it is only deployed when an image is given.
-// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.image) && size(self.image) > 0)",message="vgpuManager.image is required when vgpuManager is enabled"
+// VGPUManagerSpec configures the vGPU host driver: NVIDIA's vgpu-manager
+// container, which installs and loads the vGPU host driver
+// (nvidia_vgpu_vfio, nvidia-vgpu-mgr) on vm-vgpu nodes. Its image lives in a
+// private registry (NGC's, or one's own built from the vGPU host driver), so
+// it is only deployed when an image is given, named as the GPU Operator
+// names it: repository, image and version (the driver version, 550.90.05;
+// the nodes' OS is appended as the GPU Operator does, 550.90.05-ubuntu22.04,
+// when NFD labels them), or image alone as a whole reference.
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.image) && size(self.image) > 0 && ((has(self.repository) && size(self.repository) > 0) || self.image.contains('/')))",message="vgpuManager.image is required when vgpuManager is enabled: repository, image and version (GPU Operator style), or image as a whole reference (registry.example/nvidia/vgpu-manager:550.90.05-ubuntu22.04)"
+// +kubebuilder:validation:XValidation:rule="!has(self.repository) || size(self.repository) == 0 || (has(self.version) && size(self.version) > 0)",message="vgpuManager.version is required with vgpuManager.repository: the vGPU host driver version (550.90.05) or the whole image tag"
 type VGPUManagerSpec struct {
-	// Enabled deploys the vGPU host driver manager on vm-vgpu nodes.
+	// Enabled deploys the vGPU host driver on vm-vgpu nodes (KubeVirt mode).
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
-	// Image of NVIDIA's vGPU host driver container (private registry).
+	// Repository of the image (GPU Operator style): the image is
+	// <repository>/<image>:<version>.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Repository string `json:"repository,omitempty"`
+	// Image name under Repository, or, without Repository, the whole image
+	// reference (registry/path/name:tag or @digest).
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
+	// Version is the vGPU host driver version (550.90.05), to which the
+	// vm-vgpu nodes' OS (-ubuntu22.04, from Node Feature Discovery's
+	// system-os_release labels) is appended, or a whole tag or a sha256:
+	// digest, taken as it is.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Version string `json:"version,omitempty"`
+	// ImagePullSecrets name Secrets in the operand namespace to pull this
+	// image with (the private registry's), in addition to the policy's and
+	// the operator's.
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
 	// +optional
 	Args []string `json:"args,omitempty"`
+	// Env of the driver container (NVIDIA's script reads, for example,
+	// DELAY_BEFORE_VF_CREATION).
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
+
+// IsEnabled reports whether the vGPU host driver is to be deployed: enabled
+// and with an image (the CRD refuses enabled without one).
+func (s VGPUManagerSpec) IsEnabled() bool { return s.Enabled != nil && *s.Enabled && s.Image != "" }
 
 // VGPUDeviceManagerSpec configures the vGPU device manager.
 type VGPUDeviceManagerSpec struct {
@@ -100,11 +135,18 @@ type VGPUDeviceManagerSpec struct {
 
 // VGPUConfig names the vGPU configuration file and its default entry.
 type VGPUConfig struct {
-	// Name of the ConfigMap (in the operand namespace) holding config.yaml.
+	// Name of the ConfigMap (in the operand namespace) holding config.yaml,
+	// in NVIDIA vgpu-device-manager's format. Empty: the operator keeps
+	// ConfigMap sandbox-gpu-vgpu-config there with the built-in default
+	// config (every data-centre GPU the vGPU device manager knows).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	// +optional
 	Name string `json:"name,omitempty"`
 	// Default is the vgpu-configs entry used when a node has no
 	// nvidia.com/vgpu.config label.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:default=default
 	// +optional
 	Default string `json:"default,omitempty"`

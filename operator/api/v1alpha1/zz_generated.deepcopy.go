@@ -411,6 +411,11 @@ func (in *VGPUManagerSpec) DeepCopyInto(out *VGPUManagerSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.ImagePullSecrets != nil {
+		in, out := &in.ImagePullSecrets, &out.ImagePullSecrets
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Args != nil {
 		in, out := &in.Args, &out.Args
 		*out = make([]string, len(*in))
