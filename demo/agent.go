@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,27 +27,34 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // agent plays one node: the DaemonSet controller and kubelet that would
 // start the operands its deploy labels select, running the real operand
-// code in process against a simulated host, and marking each operand's pod
-// Ready once the operand itself says so.
+// code in process against a simulated host, and keeping each operand's pod
+// Ready while the operand itself says so (the pod appears once it first
+// is).
 type agent struct {
 	node, ns string
 	cs       kubernetes.Interface
+	k        *hostsim.Kernel // nil without a GPU
 	h        *host.Host
 	dir      string
 	log      logr.Logger
 
-	started map[string]func() bool // operand -> its readiness
-	podDone map[string]bool
-	kubelet *kubelet
+	started  map[string]func() bool // operand -> its readiness
+	podReady map[string]bool        // operand -> the Ready its pod shows
+	kubelet  *kubelet
+
+	mu        sync.Mutex
+	validator *validator.Validator
+	vgpu      *vgpu.ReadyReport // the vGPU device manager's last pass
 }
 
 func newAgent(node, fixture, dir, ns string, cs kubernetes.Interface, log logr.Logger) (*agent, error) {
 	a := &agent{node: node, ns: ns, cs: cs, dir: dir, log: log.WithValues("node", node),
-		started: map[string]func() bool{}, podDone: map[string]bool{}}
+		started: map[string]func() bool{}, podReady: map[string]bool{}}
 	if err := os.MkdirAll(filepath.Join(dir, "host"), 0o755); err != nil {
 		return nil, err
 	}
@@ -59,7 +67,7 @@ func newAgent(node, fixture, dir, ns string, cs kubernetes.Interface, log logr.L
 		if err != nil {
 			return nil, fmt.Errorf("node %s: simulated host %s: %w", node, fixture, err)
 		}
-		a.h = host.New(k.Options())
+		a.k, a.h = k, host.New(k.Options())
 	}
 	for _, d := range []string{"run", "dp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -103,11 +111,15 @@ func (a *agent) run(ctx context.Context) {
 			}
 		}
 		for op, ready := range a.started {
-			if !a.podDone[op] && ready() {
-				if err := a.readyPod(ctx, op); err == nil {
-					a.podDone[op] = true
-				}
+			r := ready()
+			if was, ok := a.podReady[op]; (!ok && !r) || (ok && was == r) {
+				continue
 			}
+			if err := a.setPod(ctx, op, r); err != nil {
+				a.log.Error(err, "Operand pod status update failed", "operand", op)
+				continue
+			}
+			a.podReady[op] = r
 		}
 	}
 }
@@ -140,7 +152,8 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &kubevirt.Scanner{Host: a.h, Namer: namer}
+		s := &kubevirt.Scanner{Host: a.h, Namer: namer, VGPU: kubevirt.VGPUState{
+			PauseFile: a.path("run", names.VGPUPauseFile), ReadyFile: a.path("run", names.VGPUReadyFile)}}
 		permitted := a.path("run", names.PermittedFile)
 		m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: a.path("dp"), SocketPrefix: "sandbox-gpu-kubevirt",
 			Scanner: s, Ready: func() bool { return vfio.IsReady(a.path("run", names.VFIOReadyFile)) },
@@ -152,13 +165,27 @@ func (a *agent) start(ctx context.Context, op string) (func() bool, error) {
 			return nil, err
 		}
 		go func() { _ = m.Run(ctx) }()
-		return func() bool { return len(m.Resources()) > 0 && a.advertised(ctx) }, nil
+		// Ready once serving with its devices on the Node; it stays so
+		// while the vGPU device manager pauses it.
+		var served atomic.Bool
+		return func() bool {
+			if !served.Load() && len(m.Resources()) > 0 && a.advertised(ctx) {
+				served.Store(true)
+			}
+			return served.Load()
+		}, nil
+	case names.VGPUDeviceManager:
+		return a.startVGPU(ctx, log)
 	case names.Validator:
 		v, err := validator.New(validator.Options{NodeName: a.node, Client: a.cs, VFIOReadyFile: a.path("run", names.VFIOReadyFile),
-			PermittedFile: a.path("run", names.PermittedFile), Resync: time.Second, Log: log})
+			PermittedFile: a.path("run", names.PermittedFile), VGPUReadyFile: a.path("run", names.VGPUReadyFile),
+			Resync: time.Second, Log: log})
 		if err != nil {
 			return nil, err
 		}
+		a.mu.Lock()
+		a.validator = v
+		a.mu.Unlock()
 		go func() { _ = v.Run(ctx) }()
 		return func() bool { return v.Report().Ready }, nil
 	default:
@@ -185,8 +212,9 @@ func (a *agent) advertised(ctx context.Context) bool {
 	return err == nil && len(gpuResources(n)) > 0
 }
 
-// readyPod is the operand's DaemonSet pod on this node, Ready.
-func (a *agent) readyPod(ctx context.Context, op string) error {
+// setPod gives the operand's DaemonSet pod on this node its readiness, as
+// the kubelet does from the operand's readiness probe.
+func (a *agent) setPod(ctx context.Context, op string, ready bool) error {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: operands.DaemonSetName(op) + "-" + a.node, Namespace: a.ns,
 		Labels: map[string]string{names.OperandLabel: op}},
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: op, Image: "in-process"}}}}
@@ -195,12 +223,18 @@ func (a *agent) readyPod(ctx context.Context, op string) error {
 		created, err = a.cs.CoreV1().Pods(a.ns).Get(ctx, p.Name, metav1.GetOptions{})
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("pod %s/%s: %w", a.ns, p.Name, err)
 	}
 	created.Status.Phase = corev1.PodRunning
-	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	_, err = a.cs.CoreV1().Pods(a.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	cond := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
+	if !ready {
+		cond.Status, cond.Reason, cond.Message = corev1.ConditionFalse, "ContainersNotReady", "containers with unready status: ["+op+"]"
+	}
+	created.Status.Conditions = []corev1.PodCondition{cond}
+	if _, err = a.cs.CoreV1().Pods(a.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("pod %s/%s: status: %w", a.ns, p.Name, err)
+	}
+	return nil
 }
 
 // gpuResources lists a Node's allocatable nvidia.com/ resources as name=count.

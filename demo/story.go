@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +30,6 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Options configure the demo.
@@ -52,17 +49,21 @@ type Options struct {
 
 const namespace = "sandbox-gpu"
 
-// nodes of the story: two passthrough hosts, one node whose label has a
-// typo (it falls back to the policy default, container, with a warning),
-// and a node without a GPU, which is never touched.
+// nodes of the story: two passthrough hosts, two vGPU hosts (an A10 with
+// mediated devices, two L40S with SR-IOV vendor-specific VFIO) each with
+// a vGPU config selected, one node whose label has a typo (it falls back
+// to the policy default, container, with a warning), and a node without a
+// GPU, which is never touched.
 var nodes = []struct {
-	name, fixture, config string
-	gpu                   bool
+	name, fixture, config, vgpuConfig string
+	gpu                               bool
 }{
-	{"gpu-a10", "a10", "vm-passthrough", true},
-	{"gpu-hgx", "hgx-h100", "vm-passthrough", true},
-	{"gpu-ctr", "", "vm-passthru", true},
-	{"cpu-only", "", "", false},
+	{"gpu-a10", "a10", "vm-passthrough", "", true},
+	{"gpu-hgx", "hgx-h100", "vm-passthrough", "", true},
+	{vgpuA10, "a10-vgpu", "vm-vgpu", "A10-4Q", true},
+	{vgpuL40S, "l40s-vgpu", "vm-vgpu", "L40S-24Q", true},
+	{"gpu-ctr", "", "vm-passthru", "", true},
+	{"cpu-only", "", "", "", false},
 }
 
 // Run tells the story; it returns an error naming the first step that did
@@ -81,7 +82,7 @@ func Run(ctx context.Context, o Options) error {
 	defer logFile.Close()
 	log := logr.FromSlogHandler(slog.NewJSONHandler(logFile, nil))
 	ctrl.SetLogger(log)
-	s := &story{o: o, log: log}
+	s := &story{o: o, log: log, agents: map[string]*agent{}}
 
 	s.say("Starting kube-apiserver and etcd (envtest, %s)", o.Assets)
 	env := &envtest.Environment{BinaryAssetsDirectory: o.Assets, CRDDirectoryPaths: o.CRDDirs, ErrorIfCRDPathMissing: true}
@@ -122,9 +123,16 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
+		s.agents[n.name] = a
 		go a.run(ctx)
 	}
 	for _, st := range s.steps() {
+		if st.do != nil {
+			if err := st.do(ctx); err != nil {
+				fmt.Fprintf(s.o.Out, "FAILED %s: %v\n", st.what, err)
+				return fmt.Errorf("step %q: %w", st.what, err)
+			}
+		}
 		if err := s.check(ctx, st.what, st.cond); err != nil {
 			return err
 		}
@@ -133,10 +141,11 @@ func Run(ctx context.Context, o Options) error {
 }
 
 type story struct {
-	o   Options
-	log logr.Logger
-	c   client.Client
-	cs  kubernetes.Interface
+	o      Options
+	log    logr.Logger
+	c      client.Client
+	cs     kubernetes.Interface
+	agents map[string]*agent // by node
 }
 
 func (s *story) say(format string, args ...any) { fmt.Fprintf(s.o.Out, "   "+format+"\n", args...) }
@@ -209,143 +218,17 @@ func (s *story) setUp(ctx context.Context) error {
 		if n.config != "" {
 			labels[names.WorkloadConfigLabel] = n.config
 		}
-		if err := s.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels}}); err != nil {
-			return err
+		vgpuLabel := ""
+		if n.vgpuConfig != "" {
+			labels[names.VGPUConfigLabel] = n.vgpuConfig
+			vgpuLabel = fmt.Sprintf(" %s=%q", names.VGPUConfigLabel, n.vgpuConfig)
 		}
-		s.say("Node %-9s %s=%q, simulated host %q", n.name, names.WorkloadConfigLabel, n.config, n.fixture)
+		if err := s.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels}}); err != nil {
+			return fmt.Errorf("node %s: %w", n.name, err)
+		}
+		s.say("Node %-9s %s=%q%s, simulated host %q", n.name, names.WorkloadConfigLabel, n.config, vgpuLabel, n.fixture)
 	}
 	return nil
-}
-
-type step struct {
-	what string
-	cond func(context.Context) (bool, string)
-}
-
-func (s *story) steps() []step {
-	node := func(ctx context.Context, name string) *corev1.Node {
-		var n corev1.Node
-		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			return nil
-		}
-		return &n
-	}
-	deployed := func(n *corev1.Node) []string {
-		var out []string
-		for l, v := range n.Labels {
-			if op, ok := strings.CutPrefix(l, names.DeployPrefix); ok && v == "true" {
-				out = append(out, op)
-			}
-		}
-		return slices.Sorted(slices.Values(out))
-	}
-	wantOps := map[string][]string{
-		"gpu-a10": {names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager},
-		"gpu-hgx": {names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager},
-		"gpu-ctr": {names.NRIPlugin},
-	}
-	return []step{
-		{"the operator runs one DaemonSet per enabled operand", func(ctx context.Context) (bool, string) {
-			var list metav1.PartialObjectMetadataList
-			list.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSetList"})
-			if err := s.c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-				return false, err.Error()
-			}
-			var names []string
-			for _, d := range list.Items {
-				names = append(names, d.Name)
-			}
-			names = slices.Sorted(slices.Values(names))
-			return len(names) >= 4, strings.Join(names, ", ")
-		}},
-		{"each GPU node gets the deploy labels of its workload config; the CPU node none", func(ctx context.Context) (bool, string) {
-			var got []string
-			for _, n := range nodes {
-				nd := node(ctx, n.name)
-				if nd == nil {
-					return false, "node " + n.name + " missing"
-				}
-				ops := deployed(nd)
-				if strings.Join(ops, ",") != strings.Join(wantOps[n.name], ",") {
-					return false, fmt.Sprintf("%s: %v, want %v", n.name, ops, wantOps[n.name])
-				}
-				got = append(got, fmt.Sprintf("%s=%d", n.name, len(ops)))
-			}
-			return true, strings.Join(got, " ")
-		}},
-		{"the typo in gpu-ctr's label falls back to the default, with a Warning event naming the value", func(ctx context.Context) (bool, string) {
-			evs, err := s.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=gpu-ctr"})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, e := range evs.Items {
-				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "vm-passthru") {
-					return true, e.Message
-				}
-			}
-			return false, "no Warning event yet"
-		}},
-		{"the VFIO manager binds every NVIDIA function of the simulated hosts to vfio-pci", func(ctx context.Context) (bool, string) {
-			var got []string
-			for _, n := range []string{"gpu-a10", "gpu-hgx"} {
-				if !vfio.IsReady(s.o.WorkDir + "/" + n + "/run/vfio-manager.ready") {
-					return false, n + ": VFIO manager not ready"
-				}
-				got = append(got, n+" ready")
-			}
-			return true, strings.Join(got, ", ")
-		}},
-		{"the KubeVirt device plugin registers with the kubelet, and the Nodes advertise the GPUs by model", func(ctx context.Context) (bool, string) {
-			var got []string
-			for _, n := range []string{"gpu-a10", "gpu-hgx"} {
-				nd := node(ctx, n)
-				if nd == nil || len(gpuResources(nd)) == 0 {
-					return false, n + ": nothing advertised yet"
-				}
-				got = append(got, n+": "+strings.Join(gpuResources(nd), " "))
-			}
-			return true, strings.Join(got, "; ")
-		}},
-		{"the KubeVirt CR permits them (published by each node's validator), keeping its own entry", func(ctx context.Context) (bool, string) {
-			kv := &unstructured.Unstructured{}
-			kv.SetAPIVersion("kubevirt.io/v1")
-			kv.SetKind("KubeVirt")
-			if err := s.c.Get(ctx, client.ObjectKey{Namespace: "kubevirt", Name: "kubevirt"}, kv); err != nil {
-				return false, err.Error()
-			}
-			entries, _, _ := unstructured.NestedSlice(kv.Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
-			var entryNames []string
-			for _, e := range entries {
-				m, _ := e.(map[string]any)
-				entryNames = append(entryNames, fmt.Sprintf("%v(%v)", m["resourceName"], m["pciVendorSelector"]))
-			}
-			have := strings.Join(entryNames, " ")
-			for _, n := range []string{"gpu-a10", "gpu-hgx"} {
-				if nd := node(ctx, n); nd == nil || nd.Annotations[names.PermittedAnnotation] == "" {
-					return false, n + ": the validator has not published yet; CR: " + have
-				}
-			}
-			ok := strings.Contains(have, "intel.com/xl710") && strings.Contains(have, "nvidia.com/GA102GL_A10") && strings.Contains(have, "nvidia.com/GH100")
-			return ok, have
-		}},
-		{"every GPU node is ready; the CPU node has no state object", func(ctx context.Context) (bool, string) {
-			var list v1alpha1.SandboxGPUNodeList
-			if err := s.c.List(ctx, &list); err != nil {
-				return false, err.Error()
-			}
-			var got []string
-			for _, st := range list.Items {
-				if st.Name == "cpu-only" {
-					return false, "cpu-only has a state object"
-				}
-				got = append(got, st.Name+"="+st.Status.State)
-				if st.Status.State != v1alpha1.StateReady {
-					return false, strings.Join(got, " ") + " (" + st.Name + ": " + st.Status.Message + ")"
-				}
-			}
-			return len(list.Items) == 3, strings.Join(got, " ")
-		}},
-	}
 }
 
 // table ends the story with each node's workload config, state and
@@ -353,7 +236,7 @@ func (s *story) steps() []step {
 func (s *story) table(ctx context.Context) error {
 	var list v1alpha1.SandboxGPUNodeList
 	if err := s.c.List(ctx, &list); err != nil {
-		return err
+		return fmt.Errorf("SandboxGPUNodes: %w", err)
 	}
 	byName := map[string]v1alpha1.SandboxGPUNode{}
 	for _, st := range list.Items {
@@ -361,23 +244,27 @@ func (s *story) table(ctx context.Context) error {
 	}
 	fmt.Fprintln(s.o.Out)
 	w := tabwriter.NewWriter(s.o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tWORKLOAD CONFIG\tSTATE\tGPUS\tVFIO\tALLOCATABLE GPU RESOURCES")
+	fmt.Fprintln(w, "NODE\tWORKLOAD CONFIG\tSTATE\tGPUS\tVFIO\tVGPUS\tVGPU CONFIG\tALLOCATABLE GPU RESOURCES")
 	for _, n := range nodes {
 		var nd corev1.Node
 		if err := s.c.Get(ctx, client.ObjectKey{Name: n.name}, &nd); err != nil {
-			return err
+			return fmt.Errorf("node %s: %w", n.name, err)
 		}
 		st, ok := byName[n.name]
-		config, state, gpus, vfioN := "-", "-", "-", "-"
+		config, state, gpus, vfioN, vgpus := "-", "-", "-", "-", "-"
 		if ok {
 			config, state = st.Status.WorkloadConfig, st.Status.State
-			gpus, vfioN = fmt.Sprint(st.Status.GPUs), fmt.Sprint(st.Status.BoundToVFIO)
+			gpus, vfioN, vgpus = fmt.Sprint(st.Status.GPUs), fmt.Sprint(st.Status.BoundToVFIO), fmt.Sprint(st.Status.VGPUs)
+		}
+		vgpuConfig := "-" // the selected config and the manager's state
+		if c, ok := nd.Labels[names.VGPUConfigLabel]; ok {
+			vgpuConfig = c + "=" + nd.Labels[names.VGPUConfigStateLabel]
 		}
 		res := strings.Join(gpuResources(&nd), " ")
 		if res == "" {
 			res = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.name, config, state, gpus, vfioN, res)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.name, config, state, gpus, vfioN, vgpus, vgpuConfig, res)
 	}
 	return errors.Join(w.Flush())
 }

@@ -28,12 +28,15 @@ func TestStory(t *testing.T) {
 	assert.NotContains(t, out.String(), "FAILED")
 	rows := map[string]string{}
 	for _, l := range strings.Split(out.String(), "\n") {
-		if f := strings.Fields(l); len(f) == 6 {
+		if f := strings.Fields(l); len(f) == 8 {
 			rows[f[0]] = strings.Join(f[1:], " ")
 		}
 	}
-	assert.Equal(t, "vm-passthrough ready 1 1 nvidia.com/GA102GL_A10=1", rows["gpu-a10"])
-	assert.Equal(t, "vm-passthrough ready 8 8 nvidia.com/GH100_H100_SXM5_80GB=8", rows["gpu-hgx"])
-	assert.Equal(t, "container ready 0 0 -", rows["gpu-ctr"])
-	assert.Equal(t, "- - - - -", rows["cpu-only"])
+	assert.Equal(t, "vm-passthrough ready 1 1 0 - nvidia.com/GA102GL_A10=1", rows["gpu-a10"])
+	assert.Equal(t, "vm-passthrough ready 8 8 0 - nvidia.com/GH100_H100_SXM5_80GB=8", rows["gpu-hgx"])
+	assert.Equal(t, "vm-vgpu ready 0 0 3 A10-8Q=success nvidia.com/NVIDIA_A10-8Q=3", rows[vgpuA10])
+	assert.Equal(t, "vm-vgpu ready 0 0 8 L40S-12Q=success nvidia.com/NVIDIA_L40S-12Q=8", rows[vgpuL40S])
+	assert.Equal(t, "container ready 0 0 0 - -", rows["gpu-ctr"])
+	assert.Equal(t, "- - - - - - -", rows["cpu-only"])
+	assert.Len(t, rows, len(nodes), "the table's rows")
 }
