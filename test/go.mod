@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/cadvisor v0.56.2
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/sandbox-gpu/sandbox-gpu v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/server/v3 v3.6.8
