@@ -24,6 +24,10 @@ type ApplyOptions struct {
 	// Sequential applies one IOMMU group after the other instead of all
 	// groups at once.
 	Sequential bool
+	// Allocations, when set, is asked right before each function leaves
+	// its driver (after its group is claimed): a pod allocated it since the
+	// plan keeps it.
+	Allocations Allocations
 }
 
 // Apply executes a plan: independent IOMMU groups in parallel, the
@@ -45,7 +49,7 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, opts ApplyOptions) *Re
 		if err := ctx.Err(); err != nil {
 			failed = notAttempted(group, "stopping before the group started: "+err.Error())
 		} else {
-			done, failed = applyGroup(h, plan.Target, group)
+			done, failed = applyGroup(ctx, h, plan.Target, group, opts.Allocations)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -79,14 +83,15 @@ func notAttempted(group []Action, why string) []Refusal {
 
 // applyGroup moves a group's functions in order. When one fails, those
 // already moved go back where they were, so the group stays whole.
-func applyGroup(h *host.Host, target Target, group []Action) (done []Action, failed []Refusal) {
+func applyGroup(ctx context.Context, h *host.Host, target Target, group []Action, alloc Allocations) (done []Action, failed []Refusal) {
 	for i, a := range group {
 		var moved Action
 		var err error
+		idle := func(f *host.Function) error { return idleCheck(ctx, h, alloc, f, a.ids) }
 		if target == ToVFIO {
-			moved, err = toVFIO(h, a)
+			moved, err = toVFIO(h, a, idle)
 		} else {
-			moved, err = toHost(h, a)
+			moved, err = toHost(h, a, idle)
 		}
 		if err == nil {
 			done = append(done, moved)
@@ -109,10 +114,12 @@ func applyGroup(h *host.Host, target Target, group []Action) (done []Action, fai
 func rollback(h *host.Host, target Target, a Action, cause host.Address) Refusal {
 	back := Action{Address: a.Address, From: a.To, To: a.From, Group: a.Group, probe: true}
 	var err error
+	// Rolling back puts a function where it just was: only processes count.
+	idle := func(f *host.Function) error { return h.CheckIdle(f) }
 	if target == ToVFIO {
-		_, err = toHost(h, back)
+		_, err = toHost(h, back, idle)
 	} else {
-		_, err = toVFIO(h, back)
+		_, err = toVFIO(h, back, idle)
 	}
 	if err != nil {
 		return Refusal{Address: a.Address, Reason: fmt.Sprintf("failed: group %d: %s failed and rolling back %s to %q failed too: %v", a.Group, cause, a.Address, a.From, err)}
@@ -128,7 +135,7 @@ func errMoved(a Action, now string) error {
 // toVFIO moves one function to its vfio driver: driver_override first (so
 // that any later probe, even after a crash, lands on vfio), a last in-use
 // check, unbind from the planned driver, probe.
-func toVFIO(h *host.Host, a Action) (Action, error) {
+func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
 		return a, err
@@ -161,7 +168,7 @@ func toVFIO(h *host.Host, a Action) (Action, error) {
 		if err != nil {
 			return a, restoreOverride(err)
 		}
-		err = h.CheckIdle(f)
+		err = idle(f)
 		if err == nil {
 			err = h.Unbind(a.Address, f.Driver)
 		}
@@ -197,7 +204,7 @@ func toVFIO(h *host.Host, a Action) (Action, error) {
 // probe. The kernel picks the driver, so a host without modules.alias
 // still gets its driver back; the returned action names the driver the
 // function ends on.
-func toHost(h *host.Host, a Action) (Action, error) {
+func toHost(h *host.Host, a Action, idle func(*host.Function) error) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
 		return a, err
@@ -221,7 +228,7 @@ func toHost(h *host.Host, a Action) (Action, error) {
 			return a, err
 		}
 		defer release()
-		if err := h.CheckIdle(f); err != nil {
+		if err := idle(f); err != nil {
 			return a, err
 		}
 	}

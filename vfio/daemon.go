@@ -37,6 +37,10 @@ type DaemonOptions struct {
 	// older than three of these as a dead daemon's.
 	Heartbeat time.Duration
 	Log       logr.Logger
+	// Allocations, when set, tells which functions the kubelet allocated to
+	// pods: those count as in use (asked at plan time and again right
+	// before each unbind).
+	Allocations Allocations
 	// Registerer receives the daemon's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 }
@@ -206,11 +210,12 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		if err != nil {
 			return nil, err
 		}
+		planner.UseKubelet(ctx, d.opts.Allocations)
 		plan, err := planner.Plan(step.sel, step.target)
 		if err != nil {
 			return nil, err
 		}
-		res := Apply(ctx, d.opts.Host, plan, ApplyOptions{})
+		res := Apply(ctx, d.opts.Host, plan, ApplyOptions{Allocations: d.opts.Allocations})
 		rep.Actions = append(rep.Actions, res.Actions...)
 		rep.Refused = append(rep.Refused, res.Refused...)
 		if step.target == ToVFIO {

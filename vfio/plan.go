@@ -3,12 +3,14 @@
 package vfio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 )
 
 // Target is where selected functions should end up.
@@ -52,6 +54,7 @@ type Action struct {
 	Group   int          `json:"-"`
 	Module  string       `json:"-"` // module providing To
 	probe   bool         // probe even when To is unknown (no modules.alias)
+	ids     kubeletIDs   // what the kubelet may know the function as
 }
 
 // Refusal is a function left as it was, with the reason.
@@ -95,6 +98,35 @@ type Planner struct {
 	Snap    *host.Snapshot
 	Usage   *host.Usage
 	Aliases []host.Alias
+
+	// holders are the kubelet's allocations (UseKubelet); nil without one.
+	holders    map[string][]podresources.Holder
+	holdersErr error
+	indexes    map[host.Address]int
+}
+
+// UseKubelet asks the kubelet once which devices pods hold: a function
+// allocated to a pod is then in use too. An error makes every function
+// that would move "in use: cannot tell".
+func (p *Planner) UseKubelet(ctx context.Context, alloc Allocations) {
+	if alloc == nil {
+		return
+	}
+	p.holders, p.holdersErr = alloc(ctx)
+	if p.holders == nil && p.holdersErr == nil {
+		p.holders = map[string][]podresources.Holder{}
+	}
+}
+
+func (p *Planner) idsOf(f *host.Function) kubeletIDs {
+	if p.indexes == nil {
+		p.indexes = gpuIndexes(p.Snap)
+	}
+	index, ok := p.indexes[f.Address]
+	if !ok {
+		index = -1
+	}
+	return idsOf(p.Host, f, index)
 }
 
 // NewPlanner scans the host once for planning.
@@ -258,7 +290,7 @@ func (p *Planner) planGroup(members []*host.Function, selected map[host.Address]
 
 // actionFor returns the move f needs, if any.
 func (p *Planner) actionFor(f *host.Function, target Target) (Action, bool) {
-	a := Action{Address: f.Address, From: f.Driver, Group: f.IOMMUGroup}
+	a := Action{Address: f.Address, From: f.Driver, Group: f.IOMMUGroup, ids: p.idsOf(f)}
 	if target == ToVFIO {
 		a.To, a.Module = p.Host.VFIODriverFor(f, p.Aliases)
 		// Any vfio driver is in place, but plain vfio-pci where a variant
@@ -329,6 +361,11 @@ func (p *Planner) groupRefusal(members []*host.Function, selected map[host.Addre
 		if err != nil {
 			return func(*host.Function) string { return "in use: cannot tell: " + err.Error() }
 		}
+		if p.holdersErr != nil {
+			why := fmt.Sprintf("in use: cannot tell whether %s is allocated to a pod: %v", m.Address, p.holdersErr)
+			return func(*host.Function) string { return why }
+		}
+		reasons = append(reasons, p.idsOf(m).allocated(p.holders)...)
 		if len(reasons) > 0 {
 			busy[m.Address] = strings.Join(reasons, "; ")
 		}

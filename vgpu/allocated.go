@@ -2,11 +2,8 @@ package vgpu
 
 import (
 	"context"
-	"fmt"
-	"sort"
 	"strings"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 )
 
@@ -27,9 +24,7 @@ type AllocatedFunc func(ctx context.Context) (map[string]string, error)
 func (f AllocatedFunc) Allocated(ctx context.Context) (map[string]string, error) { return f(ctx) }
 
 // Lister is the part of the kubelet PodResources client Allocated needs.
-type Lister interface {
-	List(ctx context.Context) (map[string]podresources.PodAllocations, error)
-}
+type Lister = podresources.Lister
 
 // PodResourcesAllocated is Allocated over the kubelet's PodResources v1
 // API (podresources.Client on the kubelet's socket).
@@ -37,35 +32,16 @@ type PodResourcesAllocated struct{ Pods Lister }
 
 // Allocated lists every device ID of every container of every pod.
 func (p PodResourcesAllocated) Allocated(ctx context.Context) (map[string]string, error) {
-	pods, err := p.Pods.List(ctx)
+	holders, err := podresources.Holders(ctx, p.Pods)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	keys := make([]string, 0, len(pods))
-	for k := range pods {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, pod := range keys {
-		for ctr, alloc := range pods[pod] {
-			for res, ids := range alloc {
-				for _, id := range ids {
-					if _, ok := out[normID(id)]; !ok {
-						out[normID(id)] = fmt.Sprintf("%s container %s (%s)", pod, ctr, res)
-					}
-				}
-			}
-		}
+	out := make(map[string]string, len(holders))
+	for id, hs := range holders {
+		out[id] = strings.TrimPrefix(hs[0].String(), "pod ")
 	}
 	return out, nil
 }
 
-// normID makes device IDs comparable: UUIDs lower case, PCI addresses in
-// canonical form.
-func normID(id string) string {
-	if a, err := host.ParseAddress(id); err == nil {
-		return string(a)
-	}
-	return strings.ToLower(strings.TrimSpace(id))
-}
+// normID makes device IDs comparable (podresources.NormID).
+func normID(id string) string { return podresources.NormID(id) }

@@ -1,6 +1,8 @@
 package hostsim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -210,7 +212,8 @@ func (k *Kernel) addDevNodes(addr host.Address, dir string, f Func) error {
 		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			return err
 		}
-		info := fmt.Sprintf("Model: \t\t NVIDIA GPU\nIRQ:   \t\t 150\nDevice Minor: \t %d\nBus Location: \t %s\n", f.NvidiaMinor, addr)
+		info := fmt.Sprintf("Model: \t\t NVIDIA GPU\nIRQ:   \t\t 150\nGPU UUID: \t %s\nDevice Minor: \t %d\nBus Location: \t %s\n",
+			SimulatedGPUUUID(addr), f.NvidiaMinor, addr)
 		if err := os.WriteFile(filepath.Join(pdir, "information"), []byte(info), 0o644); err != nil {
 			return err
 		}
@@ -249,3 +252,11 @@ func symlinkFresh(target, link string) error {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// SimulatedGPUUUID is the UUID the simulated NVIDIA driver gives the GPU at
+// addr (stable, derived from the address).
+func SimulatedGPUUUID(addr host.Address) string {
+	sum := sha256.Sum256([]byte(addr))
+	h := hex.EncodeToString(sum[:16])
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}

@@ -4,12 +4,19 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -47,6 +54,45 @@ type common struct {
 	devices    multi
 	noModprobe bool
 	lockFile   string
+	kubelet    socketFlag
+}
+
+// socketFlag is the kubelet PodResources socket flag, remembering whether
+// it was given: one given explicitly must exist, the default may be absent
+// (a host without a kubelet).
+type socketFlag struct {
+	path string
+	set  bool
+}
+
+func (f *socketFlag) String() string     { return f.path }
+func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
+
+// DefaultPodResourcesSocket is the kubelet's PodResources socket.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// allocations asks the kubelet which functions pods hold; nil when there
+// is no kubelet to ask (the default socket absent, or --pod-resources-socket="").
+func (c *common) allocations(env *shell.Env) (vfio.Allocations, func(), error) {
+	socket := c.kubelet.path
+	if socket == "" || env.Simulated() && !c.kubelet.set {
+		return nil, func() {}, nil
+	}
+	if _, err := os.Stat(socket); err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !c.kubelet.set {
+			env.Log.V(1).Info("No kubelet PodResources socket: only processes and interfaces count as users", "socket", socket)
+			return nil, func() {}, nil
+		}
+		return nil, nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
+	}
+	client, err := podresources.New(socket, time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) (map[string][]podresources.Holder, error) {
+			return podresources.Holders(ctx, client)
+		},
+		func() { _ = client.Close() }, nil
 }
 
 type multi []string
@@ -64,6 +110,8 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 		fs.Var(&c.devices, "device", "select a PCI function by address (repeatable)")
 		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module")
 		fs.StringVar(&c.lockFile, "lock-file", "auto", "host-wide lock held while changing drivers (auto: "+defaultLockFile+" when --sysfs-root is /sys; empty: none)")
+		c.kubelet.path = DefaultPodResourcesSocket
+		fs.Var(&c.kubelet, "pod-resources-socket", "the kubelet's PodResources socket: functions allocated to pods count as in use (empty: ask no kubelet)")
 	}
 }
 

@@ -31,7 +31,12 @@ func daemonCommand() *shell.Command {
 			if config == "" && !c.all && len(c.devices) == 0 {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
-			d, err := vfio.NewDaemon(vfio.DaemonOptions{Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
+			alloc, done, err := c.allocations(env)
+			if err != nil {
+				return err
+			}
+			defer done()
+			d, err := vfio.NewDaemon(vfio.DaemonOptions{Allocations: alloc, Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
 				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics})
 			if err != nil {
 				return err

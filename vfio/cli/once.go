@@ -71,10 +71,16 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		}
 		defer release()
 	}
+	alloc, done, err := c.allocations(env)
+	if err != nil {
+		return err
+	}
+	defer done()
 	planner, err := vfio.NewPlanner(h)
 	if err != nil {
 		return err
 	}
+	planner.UseKubelet(ctx, alloc)
 	plan, err := planner.Plan(sel, target)
 	if err != nil {
 		return err
@@ -83,7 +89,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 	if cmd == "plan" {
 		report = vfio.PlanReport(plan)
 	} else {
-		report = vfio.ResultReport(vfio.Apply(ctx, h, plan, vfio.ApplyOptions{Sequential: sequential}))
+		report = vfio.ResultReport(vfio.Apply(ctx, h, plan, vfio.ApplyOptions{Sequential: sequential, Allocations: alloc}))
 	}
 	if c.output == "json" {
 		err = vfio.WriteJSON(env.Stdout, report)
