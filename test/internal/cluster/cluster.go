@@ -25,7 +25,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -157,8 +157,12 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if c.logsDir == "" {
 		c.logsDir = c.path("logs")
 	}
-	for _, d := range []string{c.logsDir, "run", "etcd", "kubeconfigs", "containerd", "cni/net.d", "cdi",
-		"kubelet/pki", "kubelet/volume-plugins", "var-lib/kubelet", "var-log"} {
+	dirs := []string{c.logsDir, "run", "etcd", "kubeconfigs", "containerd", "cni/net.d", "kubelet/pki",
+		"kubelet/volume-plugins", "var-lib/kubelet"}
+	for _, d := range nodeDirs {
+		dirs = append(dirs, d.work)
+	}
+	for _, d := range dirs {
 		if !filepath.IsAbs(d) {
 			d = c.path(d)
 		}
@@ -207,22 +211,17 @@ func (c *Cluster) NodeName() string { return c.opts.NodeName }
 // ContainerdSocket is containerd's gRPC (CRI) socket.
 func (c *Cluster) ContainerdSocket() string { return c.path("run", "containerd.sock") }
 
-// NRISocket is containerd's NRI socket, for NRI plugins.
-func (c *Cluster) NRISocket() string { return c.path("run", "nri.sock") }
+// NRISocket is containerd's NRI socket, for NRI plugins: /var/run/nri/nri.sock on the node (the
+// default of NRI plugins), here on the host.
+func (c *Cluster) NRISocket() string { return c.HostPath("/var/run/nri/nri.sock") }
 
-// CDIDir is where containerd reads CDI specs.
-func (c *Cluster) CDIDir() string { return c.path("cdi") }
+// CDIDir is the node's /var/run/cdi, one of the two folders (with /etc/cdi) where containerd
+// reads CDI specs, here on the host.
+func (c *Cluster) CDIDir() string { return c.HostPath("/var/run/cdi") }
 
-// HostPath is where a path of the node's mount namespace lies on the host: /var/lib/... and
-// /var/log/... are the work folder's; anything else is the same path.
-func (c *Cluster) HostPath(nodePath string) string {
-	for _, d := range []string{"/var/lib", "/var/log"} {
-		if nodePath == d || strings.HasPrefix(nodePath, d+"/") {
-			return c.path("var-"+filepath.Base(d), strings.TrimPrefix(nodePath, d))
-		}
-	}
-	return nodePath
-}
+// NodeNamespace is the node's mount namespace (a /proc/<pid>/ns/mnt file), where containerd and
+// the kubelet run; its mounts are copied into every container's.
+func (c *Cluster) NodeNamespace() string { return "/proc/" + strconv.Itoa(c.nodeNSPid) + "/ns/mnt" }
 
 // DevicePluginDir is the kubelet's device-plugin folder (kubelet.sock and the plugins' sockets) on
 // the host.

@@ -24,19 +24,28 @@ const (
 )
 
 // startNodeNamespace starts the holder of the node's mount namespace: a private (slave) mount
-// namespace in which the work folder's var-lib and var-log are bind-mounted over /var/lib and
-// /var/log. containerd and the kubelet enter it, so that the kubelet's fixed paths
-// (/var/lib/kubelet/device-plugins/kubelet.sock, /var/log/containers, ...) and the CNI plugins'
-// /var/lib/cni are the work folder's, and the host's stay untouched.
+// namespace in which the work folder's nodeDirs are bind-mounted over the node's (/var/lib,
+// /var/log, /run/sandbox-gpu, /run/nri, /run/cdi, /etc/cdi; the host's missing mount points are
+// made first). containerd and the kubelet enter it, so that the kubelet's fixed paths
+// (/var/lib/kubelet/device-plugins/kubelet.sock, /var/log/containers, ...), /var/lib/cni and the
+// folders the operands share through hostPath volumes are the work folder's, and the host's stay
+// untouched.
 func (c *Cluster) startNodeNamespace(ctx context.Context) error {
-	for _, d := range []string{"var-lib", "var-log"} {
-		if err := os.WriteFile(c.path(d, ".sandbox-gpu-node"), nil, 0o644); err != nil {
+	if err := makeMountPoints(); err != nil {
+		return err
+	}
+	script := ""
+	args := []string{"node-namespace"}
+	for i, d := range nodeDirs {
+		if err := os.WriteFile(c.path(d.work, ".sandbox-gpu-node"), nil, 0o644); err != nil {
 			return fmt.Errorf("node namespace: %w", err)
 		}
+		script += fmt.Sprintf(`mount --bind "$%d" %s && `, i+1, d.node)
+		args = append(args, c.path(d.work))
 	}
-	script := `mount --bind "$1" /var/lib && mount --bind "$2" /var/log && exec sleep 2147483647`
+	script += "exec sleep 2147483647"
 	p, err := c.start("node-namespace", nil, []string{"unshare", "--mount", "--propagation", "slave"},
-		"/bin/sh", "-c", script, "node-namespace", c.path("var-lib"), c.path("var-log"))
+		append([]string{"/bin/sh", "-c", script}, args...)...)
 	if err != nil {
 		return err
 	}
@@ -45,9 +54,9 @@ func (c *Cluster) startNodeNamespace(ctx context.Context) error {
 		if err != nil {
 			return false, retryf("pid file: %w", err)
 		}
-		for _, d := range []string{"/var/lib", "/var/log"} {
-			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "root", d, ".sandbox-gpu-node")); err != nil {
-				return false, retryf("%s not mounted yet: %w", d, err)
+		for _, d := range nodeDirs {
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "root", d.node, ".sandbox-gpu-node")); err != nil {
+				return false, retryf("%s not mounted yet: %w", d.node, err)
 			}
 		}
 		c.nodeNSPid = pid
@@ -185,7 +194,7 @@ imports = []
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   enable_cdi = true
-  cdi_spec_dirs = ['%[6]s']
+  cdi_spec_dirs = ['%[6]s', '%[10]s']
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ['%[7]s']
   conf_dir = '%[1]s/cni/net.d'
@@ -196,8 +205,8 @@ imports = []
   stream_server_address = '127.0.0.1'
   stream_server_port = '0'
 %[9]s
-`, c.dir, c.ContainerdSocket(), c.NRISocket(), c.snapshotter, BusyboxImage, c.CDIDir(), cniDir, c.runtimes(),
-		c.opts.ContainerdConfig)
+`, c.dir, c.ContainerdSocket(), c.NRISocket(), c.snapshotter, BusyboxImage, c.HostPath("/etc/cdi"), cniDir, c.runtimes(),
+		c.opts.ContainerdConfig, c.CDIDir())
 }
 
 // runtimes is the runc runtime and one more per Options.RuncHandlers, all runc with cgroupfs.

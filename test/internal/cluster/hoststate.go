@@ -21,10 +21,11 @@ var (
 		"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", "net.ipv4.ip_forward",
 	}
 	// watchedPaths are the kubelet's and the CNI plugins' host folders (the kube-controller-manager
-	// makes /usr/libexec/kubernetes/kubelet-plugins/volume/exec unless told another folder).
-	watchedPaths = []string{
+	// makes /usr/libexec/kubernetes/kubelet-plugins/volume/exec unless told another folder), and the
+	// mount points of the node's namespace that the harness makes where the host lacks them.
+	watchedPaths = append([]string{
 		"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/usr/libexec/kubernetes",
-	}
+	}, mountPoints...)
 	// kubeCgroups are the kubelet's top cgroups (cgroupfs driver, cgroup root "/"), in every hierarchy.
 	kubeCgroups = []string{"kubepods", "kubepods.slice"}
 	// iptablesChainPrefixes are the chains the kubelet (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY,
@@ -149,10 +150,18 @@ func restoreHost(before *HostSnapshot, bridge string, logf func(string, ...any))
 		}
 	}
 	for _, p := range watchedPaths {
-		if before.Paths[p] {
+		if was, known := before.Paths[p]; was || !known { // not known: a snapshot of an older harness
 			continue
 		}
 		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if slices.Contains(mountPoints, p) {
+			// An empty mount point the harness made: anything in it now is somebody else's.
+			logf("cleanup: removing the mount point %s", p)
+			if err := os.Remove(p); err != nil {
+				errs = append(errs, fmt.Errorf("remove the mount point %s: %w", p, err))
+			}
 			continue
 		}
 		logf("cleanup: removing %s", p)

@@ -35,6 +35,11 @@ func TestHostPath(t *testing.T) {
 	assert.Equal(t, "/tmp/sgc1/var-lib", c.HostPath("/var/lib"))
 	assert.Equal(t, "/var/library", c.HostPath("/var/library"))
 	assert.Equal(t, "/dev/vfio/1", c.HostPath("/dev/vfio/1"))
+	assert.Equal(t, "/tmp/sgc1/run-nri/nri.sock", c.NRISocket())
+	assert.Equal(t, "/tmp/sgc1/run-cdi", c.CDIDir())
+	assert.Equal(t, "/tmp/sgc1/run-sandbox-gpu/vfio-manager.ready", c.HostPath("/var/run/sandbox-gpu/vfio-manager.ready"))
+	assert.Equal(t, "/tmp/sgc1/etc-cdi", c.HostPath("/etc/cdi/"))
+	assert.Equal(t, "/run/other", c.HostPath("/run/other"))
 }
 
 func TestUnescapeMountinfo(t *testing.T) {
