@@ -69,14 +69,15 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: o.Namespace,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.HealthAddr,
-		// Cache only what is used: operand DaemonSets and operand pods in the
-		// operand namespace (GPU pods are read from the API server, only
+		// Cache only what is used: operand DaemonSets, operand pods and the
+		// vGPU config in the operand namespace (GPU pods are read from the API server, only
 		// while a node switches), and of Nodes what the reconcilers read.
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
 				&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.Namespace: {}}},
+				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
 				&corev1.Node{}:      {Transform: controllers.TrimNode},
 			},
 		},

@@ -32,7 +32,8 @@ import (
 )
 
 // MDEVGate stops KubeVirt from creating mdevs itself when the vGPU device
-// manager owns them.
+// manager owns the vGPUs (added when any of our entries is a vGPU, mdev or
+// SR-IOV VF; never removed: other vGPU users may rely on it).
 const MDEVGate = "DisableMDEVConfiguration"
 
 var kubeVirtList = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirtList"}
@@ -103,8 +104,16 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 // Permitted derives the entries from the GPU resources nodes advertise.
 // What a node's validator published (names.PermittedAnnotation) comes
 // first, on nodes that run our KubeVirt plugin (a stale annotation of a
-// node switched to another config counts for nothing); without it, curated model names map back to their PCI ids and
-// vGPU type resources (nvidia.com/NVIDIA_*) to their mdev type names.
+// node switched to another config counts for nothing): mediatedDevices for
+// mdev vGPU types (mdevNameSelector "NVIDIA A10-4Q"), pciHostDevices for
+// passthrough GPUs and for SR-IOV vendor-specific VFIO vGPUs (the VF's
+// 10DE:<device>). Without it, curated passthrough model names map back to
+// their PCI ids. vGPU type resources (nvidia.com/NVIDIA_*) have no
+// fallback: the name does not say whether the type is an mdev or a VF
+// (nvidia.com/NVIDIA_A10-4Q and nvidia.com/NVIDIA_L40S-24Q look alike), and
+// a VF's device id is not in it, so a guess would be wrong for one kind
+// (an mdev selector for a VF: virt-handler finds no mdev, the VM cannot
+// start); they wait for the node's published entry.
 // Only resources a node advertises count, only nvidia.com/ names, and only
 // NVIDIA (10DE) PCI selectors: a node cannot permit other devices
 // cluster-wide. Problems name the node; they are for logging.
@@ -138,12 +147,9 @@ func Permitted(nodes []corev1.Node) ([]kubevirtv1.PciHostDevice, []kubevirtv1.Me
 				for _, e := range es {
 					mdev[e.ResourceName+"|"+e.MDEVNameSelector] = e
 				}
-			} else if id, ok := gpuname.CuratedDevice(name); ok {
+			} else if id, ok := gpuname.CuratedDevice(name); ok && !workload.IsVGPUResource(string(res)) {
 				e := kubevirtv1.PciHostDevice{PCIVendorSelector: fmt.Sprintf("10DE:%04X", id), ResourceName: string(res), ExternalResourceProvider: true}
 				pci[e.ResourceName+"|"+e.PCIVendorSelector] = e
-			} else if strings.HasPrefix(name, "NVIDIA_") {
-				e := kubevirtv1.MediatedHostDevice{MDEVNameSelector: strings.ReplaceAll(name, "_", " "), ResourceName: string(res), ExternalResourceProvider: true}
-				mdev[e.ResourceName+"|"+e.MDEVNameSelector] = e
 			}
 		}
 	}
@@ -250,7 +256,12 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 		next.PciHostDevices = append(next.PciHostDevices, e)
 		added = append(added, entryKey("pci", e.ResourceName, e.PCIVendorSelector))
 	}
-	addedMdev := false
+	// Our vGPUs of either kind: the vGPU device manager owns the node's
+	// vGPUs, so KubeVirt must not create or remove mdevs itself.
+	addedVGPU := false
+	for _, e := range pci {
+		addedVGPU = addedVGPU || (!foreign[e.ResourceName] && workload.IsVGPUResource(e.ResourceName))
+	}
 	for _, e := range mdev {
 		if foreign[e.ResourceName] {
 			left = append(left, e.ResourceName)
@@ -258,7 +269,7 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 		}
 		next.MediatedDevices = append(next.MediatedDevices, e)
 		added = append(added, entryKey("mdev", e.ResourceName, e.MDEVNameSelector))
-		addedMdev = true
+		addedVGPU = true
 	}
 	if len(left) > 0 {
 		log.FromContext(ctx).Info("Left resources that the KubeVirt CR already permits to someone else", "kubevirt", cr.GetNamespace()+"/"+cr.GetName(), "resources", left)
@@ -270,7 +281,7 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 	if err := unstructured.SetNestedMap(cr.Object, raw, "spec", "configuration", "permittedHostDevices"); err != nil {
 		return err
 	}
-	if addedMdev {
+	if addedVGPU {
 		gates, _, _ := unstructured.NestedStringSlice(cr.Object, "spec", "configuration", "developerConfiguration", "featureGates")
 		if !contains(gates, MDEVGate) {
 			if err := unstructured.SetNestedStringSlice(cr.Object, append(gates, MDEVGate), "spec", "configuration", "developerConfiguration", "featureGates"); err != nil {

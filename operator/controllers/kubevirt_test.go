@@ -63,11 +63,15 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 	newNode(t, c, "kv-a", nil)
 	newNode(t, c, "kv-b", nil)
 	setCapacity(t, c, "kv-a", map[string]int64{"nvidia.com/GA102GL_A10": 2, "cpu": 8})
+	// An mdev vGPU type: only as its validator published it.
+	n := getNode(t, c, "kv-b")
+	n.Annotations = map[string]string{names.PermittedAnnotation: `{"mediatedDevices":[{"mdevNameSelector":"NVIDIA A10-4Q","resourceName":"nvidia.com/NVIDIA_A10-4Q"}]}`}
+	require.NoError(t, c.Update(ctx, n))
 	setCapacity(t, c, "kv-b", map[string]int64{"nvidia.com/NVIDIA_A10-4Q": 6})
 	// A model the curated table cannot map back: its validator published
 	// the plugin's entries, including one it must not be trusted with.
 	newNode(t, c, "kv-c", nil)
-	n := getNode(t, c, "kv-c")
+	n = getNode(t, c, "kv-c")
 	n.Annotations = map[string]string{names.PermittedAnnotation: `{"pciHostDevices":[` +
 		`{"pciVendorSelector":"10de:2b85","resourceName":"nvidia.com/GB202_RTX_PRO_6000"},` +
 		`{"pciVendorSelector":"8086:1572","resourceName":"nvidia.com/GB202_RTX_PRO_6000"}]}`}

@@ -218,6 +218,9 @@ func (r *NodeReconciler) setState(st *v1alpha1.SandboxGPUNode, state string) boo
 // what it waits for. What it reports (events, a completed transition) goes
 // to rep.
 func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string, rep *nodeReport) (ctrl.Result, string, error) {
+	if why := workload.Unsupported(desired, p); why != "" {
+		return r.unsupported(ctx, node, p, st, desired, why, rep)
+	}
 	applied := st.Status.AppliedConfig
 	if applied == desired {
 		dropAbandonedTransition(st)
@@ -242,7 +245,17 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 		}
 	}
 	want := workload.Operands(desired, p)
-	if err := r.ensureLabels(ctx, node, want); err != nil {
+	ready, err := r.readyOperands(ctx, node.Name)
+	if err != nil {
+		return ctrl.Result{}, "", err
+	}
+	// An operand whose prerequisite is not ready yet (the vGPU device
+	// manager, the vGPU host driver) is labelled once it is.
+	labelled := map[string]bool{}
+	for _, o := range want {
+		labelled[o] = node.Labels[names.DeployLabel(o)] == "true"
+	}
+	if err := r.ensureLabels(ctx, node, workload.Staged(want, ready, labelled)); err != nil {
 		return ctrl.Result{}, "", err
 	}
 	if st.Status.AppliedConfig != desired {
@@ -250,9 +263,11 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 		r.setState(st, v1alpha1.StateConfiguring)
 		rep.configuring(applied, desired, want)
 	}
-	notReady, err := r.operandsNotReady(ctx, node.Name, want)
-	if err != nil {
-		return ctrl.Result{}, "", err
+	var notReady []string
+	for _, o := range want {
+		if !ready[o] {
+			notReady = append(notReady, o)
+		}
 	}
 	if len(notReady) > 0 {
 		was := st.Status.State
@@ -284,9 +299,8 @@ func (r *NodeReconciler) ensureLabels(ctx context.Context, node *corev1.Node, op
 	return nil
 }
 
-// operandsNotReady lists operands whose pod on the node is missing or not
-// Ready.
-func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, want []string) ([]string, error) {
+// readyOperands says which operands have a Ready pod on the node.
+func (r *NodeReconciler) readyOperands(ctx context.Context, node string) (map[string]bool, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(r.Namespace), client.MatchingFields{podNodeIndex: node}); err != nil {
 		return nil, fmt.Errorf("node %s: list operand pods: %w", node, err)
@@ -299,13 +313,7 @@ func (r *NodeReconciler) operandsNotReady(ctx context.Context, node string, want
 			}
 		}
 	}
-	var out []string
-	for _, o := range want {
-		if !ready[o] {
-			out = append(out, o)
-		}
-	}
-	return out, nil
+	return ready, nil
 }
 
 // countDevices fills the GPU counts from the node's capacity.
@@ -319,7 +327,7 @@ func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {
 		switch {
 		case n == "nvidia.com/gpu" || strings.HasPrefix(n, "nvidia.com/mig-"):
 			gpus += q.Value()
-		case strings.HasPrefix(n, "nvidia.com/NVIDIA_"):
+		case workload.IsVGPUResource(n): // mdev types and SR-IOV VF types alike
 			vgpus += q.Value()
 		case n == "nvidia.com/nvswitch":
 		default:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -43,7 +45,9 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(policyControllerName).
 		For(&v1alpha1.SandboxGPUPolicy{}).
 		Owns(&appsv1.DaemonSet{}).
+		Owns(&corev1.ConfigMap{}).
 		Watches(&v1alpha1.SandboxGPUNode{}, toPolicy).
+		Watches(&corev1.Node{}, toPolicy, builder.WithPredicates(osLabelsChanged())).
 		Watches(&nodev1.RuntimeClass{}, toPolicy).
 		Complete(r.Metrics.countErrors(policyControllerName, r))
 }
@@ -81,9 +85,15 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 			reterr = fmt.Errorf("policy %s: write status: %w", p.Name, err)
 		}
 	}()
+	cmErr := r.ensureVGPUConfig(ctx, &p)
+	opts := r.Operands
+	var err error
+	if opts.OSTag, err = r.osTag(ctx, &p); err != nil {
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
+	}
 	var errs []*operandError
 	for _, name := range operands.Names() {
-		if err := r.reconcileOperand(ctx, &p, name); err != nil {
+		if err := r.reconcileOperand(ctx, &p, name, opts); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -96,6 +106,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	if len(errs) > 0 {
 		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, errs[0])
+	}
+	if cmErr != nil {
+		return ctrl.Result{}, fmt.Errorf("policy %s: vGPU config: %w", p.Name, cmErr)
 	}
 	return ctrl.Result{}, nil
 }
@@ -139,12 +152,12 @@ func operandFailures(errs []*operandError) []string {
 	return out
 }
 
-func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, name string) *operandError {
+func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, name string, opts operands.Options) *operandError {
 	fail := func(action string, err error) *operandError {
 		return &operandError{operand: name, action: action, err: err}
 	}
 	existing := &appsv1.DaemonSet{}
-	key := types.NamespacedName{Namespace: r.Operands.Namespace, Name: operands.DaemonSetName(name)}
+	key := types.NamespacedName{Namespace: opts.Namespace, Name: operands.DaemonSetName(name)}
 	err := r.Get(ctx, key, existing)
 	found := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -158,7 +171,7 @@ func (r *PolicyReconciler) reconcileOperand(ctx context.Context, p *v1alpha1.San
 		}
 		return nil
 	}
-	want, err := operands.Build(name, &p.Spec, r.Operands)
+	want, err := operands.Build(name, &p.Spec, opts)
 	if err != nil {
 		return fail("build", err)
 	}

@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
 // Reasons of the policy's Ready and Degraded conditions.
@@ -35,6 +38,7 @@ func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPU
 		return fmt.Errorf("list node states: %w", err)
 	}
 	c, notReady, failed := countNodes(nodes.Items)
+	problems = append(problems, unsupportedNodes(nodes.Items, p)...)
 	p.Status.Nodes = c
 	p.Status.ObservedGeneration = p.Generation
 	ready, degraded := policyConditions(len(nodes.Items), c, notReady, failed, errs, problems)
@@ -130,4 +134,33 @@ func isAre(n int) string {
 		return "is"
 	}
 	return "are"
+}
+
+// unsupportedNodes says which nodes ask for a workload config the policy's
+// mode cannot serve (vm-vgpu in Kata mode), one sentence per config.
+func unsupportedNodes(nodes []v1alpha1.SandboxGPUNode, p *v1alpha1.SandboxGPUPolicy) []string {
+	byConfig := map[string][]string{}
+	for _, n := range nodes {
+		if d := meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == ReasonUnsupportedConfig {
+			byConfig[n.Status.WorkloadConfig] = append(byConfig[n.Status.WorkloadConfig], n.Name)
+		}
+	}
+	var out []string
+	for _, config := range slices.Sorted(maps.Keys(byConfig)) {
+		ns := byConfig[config]
+		sort.Strings(ns)
+		what := "Node " + nameList(ns) + " asks"
+		if len(ns) > 1 {
+			what = "Nodes " + nameList(ns) + " ask"
+		}
+		out = append(out, fmt.Sprintf("%s for %s, which %s mode cannot serve, so %s not set up for it.", what, config, workload.Mode(p), itThey(len(ns))))
+	}
+	return out
+}
+
+func itThey(n int) string {
+	if n == 1 {
+		return "it is"
+	}
+	return "they are"
 }
