@@ -51,7 +51,15 @@ type Options struct {
 	// Checkpoint, when set, gives the allocations of containers the
 	// PodResources API does not list (ordinary init containers).
 	Checkpoint *Checkpoint
-	Log        logr.Logger
+	// StrictPrivileged also applies the allocation rule to privileged
+	// containers. By default a privileged container without an allocation
+	// is left alone, as nvidia-container-toolkit's
+	// accept-nvidia-visible-devices-envvar-when-privileged does: it has
+	// every host device anyway (the runtime adds them all), and NVIDIA's
+	// container stack (device plugin, dcgm-exporter, GPU feature discovery)
+	// reaches the GPUs that way through NVIDIA_VISIBLE_DEVICES.
+	StrictPrivileged bool
+	Log              logr.Logger
 }
 
 // DefaultResources are NVIDIA's device plugin's GPU and MIG resources.
@@ -196,6 +204,11 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 	who := fmt.Sprintf("pod %s container %s", podKey(pod), ctr.GetName())
 	ids, lookupErr := p.gpuIDs(ctx, pod, ctr)
 	adj := &api.ContainerAdjustment{}
+	privileged := !p.o.StrictPrivileged && isPrivileged(ctr)
+	if privileged && lookupErr == nil && len(ids) == 0 {
+		p.o.Log.V(1).Info("Privileged container without an allocation left alone (env-based GPU access)", "pod", podKey(pod), "container", ctr.GetName())
+		return nil, "privileged", nil
+	}
 	if lookupErr != nil {
 		// Cannot tell whether it holds GPUs: it gets none, and fails closed.
 		if !p.o.FailOpen {
@@ -241,6 +254,9 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 		want[d.Path] = true
 	}
 	foreign := p.foreignGPUNodes(ctr, want)
+	if privileged {
+		foreign = nil // every host device is in a privileged container: not ours to take
+	}
 	if len(foreign) > 0 && !p.o.FailOpen {
 		return nil, "failed", fmt.Errorf("%s: %w: %s", who, errRuntimeAdded, strings.Join(nodePaths(foreign), ", "))
 	}
@@ -421,6 +437,19 @@ func inUserNS(pod *api.PodSandbox, ctr *api.Container) bool {
 		if ns.GetType() == "user" {
 			return true
 		}
+	}
+	return false
+}
+
+// isPrivileged tells a privileged container apart: NRI does not carry the
+// flag, but the runtime mounts /sys read-write only into privileged
+// containers (read-only into every other, containerd and CRI-O alike).
+func isPrivileged(ctr *api.Container) bool {
+	for _, m := range ctr.GetMounts() {
+		if m.GetDestination() != "/sys" || m.GetType() != "sysfs" {
+			continue
+		}
+		return !slices.Contains(m.GetOptions(), "ro")
 	}
 	return false
 }

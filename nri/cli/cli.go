@@ -49,7 +49,7 @@ type options struct {
 	checkpoint                                               string
 	podResourcesTimeout                                      time.Duration
 	cdiDirs, resources, skip, annotationNS                   listFlag
-	failOpen, preregistered                                  bool
+	failOpen, preregistered, strictPrivileged                bool
 }
 
 func defaults() *options {
@@ -70,6 +70,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cdiKind, "cdi-kind", "nvidia.com/gpu", "CDI kind of the GPU devices")
 	fs.StringVar(&o.index, "plugin-index", "10", "plugin index (two digits; order among NRI plugins)")
 	fs.StringVar(&o.name, "plugin-name", "sandbox-gpu", "plugin name")
+	fs.BoolVar(&o.strictPrivileged, "strict-privileged", false, "apply the allocation rule to privileged containers too (default: a privileged container without an allocation keeps env-based GPU access, as nvidia-container-toolkit's accept-envvar-when-privileged)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
 	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; default kata*; add \"\" where Kata is the default runtime)")
 	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+names.RequestAnnotation+" annotation (repeatable; default none)")

@@ -20,6 +20,7 @@ type podOpts struct {
 	uid         string // default a unique one
 	handler     string // the CRI runtime handler (runtime class); default runc
 	annotations map[string]string
+	privileged  bool // a privileged pod (its containers may be privileged)
 }
 
 // pod is a running pod sandbox (host network: no CNI is needed).
@@ -61,6 +62,7 @@ func (d *daemon) runPod(t *testing.T, o podOpts) *pod {
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+				Privileged:       o.privileged,
 			},
 		},
 	}
@@ -91,6 +93,7 @@ type ctrOpts struct {
 	env         map[string]string
 	annotations map[string]string
 	cdiDevices  []string // fully qualified CDI device names, for the CRI CDIDevices field
+	privileged  bool     // a privileged container (in a privileged pod)
 }
 
 // startContainer creates and starts a container running the image's default command (sleep) in p.
@@ -112,6 +115,7 @@ func (d *daemon) startContainer(t *testing.T, p *pod, o ctrOpts) (string, error)
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+				Privileged:       o.privileged,
 			},
 		},
 	}

@@ -73,6 +73,19 @@ func TestPlugin(t *testing.T) {
 		assert.Equal(t, "void", d.environ(t, id)["NVIDIA_VISIBLE_DEVICES"])
 	})
 
+	t.Run("privileged-management-pod", func(t *testing.T) {
+		// NVIDIA's container stack (device plugin, dcgm-exporter, GPU feature discovery) runs
+		// privileged and asks with NVIDIA_VISIBLE_DEVICES=all, holding no allocation: it keeps that
+		// env-based access (nvidia-container-toolkit's accept-envvar-when-privileged), where an
+		// unprivileged container asking the same way gets "void" ("unallocated" above).
+		kl.setPod(ns, "dcgm-exporter", "exporter")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "dcgm-exporter", privileged: true})
+		id, err := d.startContainer(t, pd, ctrOpts{name: "exporter", privileged: true,
+			env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}})
+		require.NoError(t, err, "a privileged management container is not refused")
+		assert.Equal(t, "all", d.environ(t, id)["NVIDIA_VISIBLE_DEVICES"])
+	})
+
 	t.Run("unknown-pod", func(t *testing.T) {
 		// A pod the kubelet does not know (Get answers "not found"): it runs, with no GPU.
 		pd := d.runPod(t, podOpts{namespace: ns, name: "stranger"})
