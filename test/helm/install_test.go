@@ -161,7 +161,7 @@ func TestNamespaceForPodSecurity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, op := range []string{names.VFIOManager, names.VGPUDeviceManager} {
+	for _, op := range []string{names.VFIOManager, names.VGPUDeviceManager, names.VGPUManager} {
 		if err := operandPod(ctx, t, op, privileged.GetName()); err != nil {
 			t.Errorf("%s refused in the chart's namespace: %v", op, err)
 		}

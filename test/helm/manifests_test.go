@@ -51,8 +51,9 @@ func TestKustomizeManifestsMatchTheChart(t *testing.T) {
 		"Namespace":                        {{"metadata", "labels"}},
 		"ServiceAccount":                   {{"metadata", "namespace"}},
 		"ClusterRole":                      {{"rules"}},
+		"Role":                             {{"metadata", "namespace"}, {"rules"}},
 		"ClusterRoleBinding":               {{"roleRef"}, {"subjects"}},
-		"RoleBinding":                      {{"roleRef"}, {"subjects"}},
+		"RoleBinding":                      {{"metadata", "namespace"}, {"roleRef"}, {"subjects"}},
 		"ValidatingAdmissionPolicy":        {{"spec"}},
 		"ValidatingAdmissionPolicyBinding": {{"spec"}},
 		"Deployment":                       {{"spec", "template", "spec"}},
@@ -75,7 +76,8 @@ func TestKustomizeManifestsMatchTheChart(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"ServiceAccount/sandbox-gpu-discovery", "ClusterRole/sandbox-gpu-discovery",
-		"ClusterRoleBinding/sandbox-gpu-discovery", "Namespace/sandbox-gpu", "Deployment/sandbox-gpu-operator"} {
+		"ClusterRoleBinding/sandbox-gpu-discovery", "Namespace/sandbox-gpu", "Deployment/sandbox-gpu-operator",
+		"Role/" + nodeEventsRBAC, "RoleBinding/" + nodeEventsRBAC} {
 		if _, ok := chart[want]; !ok {
 			t.Errorf("the chart lacks %s", want)
 		}

@@ -19,13 +19,22 @@ whole reference; with repository (GPU Operator style) it is <repository>/<image>
 sandbox-gpu.pullSecretNames: operator.imagePullSecrets as names, one per line; entries are names or {name: ...}.
 */}}
 {{- define "sandbox-gpu.pullSecretNames" -}}
-{{- range .Values.operator.imagePullSecrets }}
+{{- include "sandbox-gpu.secretNames" (dict "list" .Values.operator.imagePullSecrets "what" "operator.imagePullSecrets") -}}
+{{- end -}}
+
+{{/*
+sandbox-gpu.secretNames: a list of pull secrets (dict "list" LIST "what" VALUE-NAME) as names, one per line;
+entries are names (GPU Operator style) or {name: ...} (Kubernetes style).
+*/}}
+{{- define "sandbox-gpu.secretNames" -}}
+{{- $what := .what -}}
+{{- range .list }}
 {{- if kindIs "string" . }}
 {{ . }}
 {{- else if .name }}
 {{ .name }}
 {{- else }}
-{{- fail "operator.imagePullSecrets: each entry is a Secret name or {name: <Secret name>}" }}
+{{- fail (printf "%s: each entry is a Secret name or {name: <Secret name>}" $what) }}
 {{- end }}
 {{- end }}
 {{- end -}}
