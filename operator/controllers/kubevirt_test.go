@@ -11,20 +11,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
+// setCapacity plays the kubelet: the node's capacity (retried when the
+// operator wrote the Node in between).
 func setCapacity(t *testing.T, c client.Client, name string, res map[string]int64) {
 	t.Helper()
-	n := getNode(t, c, name)
-	n.Status.Capacity = corev1.ResourceList{}
-	for r, q := range res {
-		n.Status.Capacity[corev1.ResourceName(r)] = *resource.NewQuantity(q, resource.DecimalSI)
-	}
-	require.NoError(t, c.Status().Update(context.Background(), n))
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, c, name)
+		n.Status.Capacity = corev1.ResourceList{}
+		for r, q := range res {
+			n.Status.Capacity[corev1.ResourceName(r)] = *resource.NewQuantity(q, resource.DecimalSI)
+		}
+		return c.Status().Update(context.Background(), n)
+	}))
 }
 
 func kubeVirtCR(t *testing.T, c client.Client) *unstructured.Unstructured {

@@ -84,10 +84,11 @@ func TestKubeVirtVGPUEntriesOfBothKinds(t *testing.T) {
 		g, _, _ := unstructured.NestedStringSlice(get().Object, "spec", "configuration", "developerConfiguration", "featureGates")
 		return g
 	}
-	publish := func(node, ann string) {
+	publish := func(node, ann string) { // as the validator does: a merge patch
 		n := getNode(t, c, node)
+		patch := client.MergeFrom(n.DeepCopy())
 		n.Annotations = map[string]string{names.PermittedAnnotation: ann}
-		require.NoError(t, c.Update(ctx, n))
+		require.NoError(t, c.Patch(ctx, n, patch))
 	}
 	setPolicy(t, c, sandboxOn(v1alpha1.WorkloadVMVGPU))
 	startOperator(t, newClock())

@@ -171,8 +171,14 @@ func startOperatorWith(t *testing.T, clk *clock, cfg operatorConfig) *testOperat
 	t.Helper()
 	op := &testOperator{metrics: prometheus.NewRegistry(), writes: &statusWrites{}}
 	skip := true // every test (and a restart) starts a new manager in this process
+	// controller-runtime v0.24's priority queue can deadlock on shutdown
+	// (kubernetes-sigs/controller-runtime#3538, fixed in v0.25 by #3540,
+	// which needs the v0.37 Kubernetes libraries): a test's operator then
+	// never stops. The tests stop and start operators all the time, so they
+	// use the plain queue until the module moves on.
+	noPQ := false
 	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{Scheme: testScheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: &skip},
+		Controller: config.Controller{SkipNameValidation: &skip, UsePriorityQueue: &noPQ},
 		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
 			inner, err := client.NewWithWatch(rc, o)
 			if err != nil {
