@@ -446,10 +446,9 @@ func inUserNS(pod *api.PodSandbox, ctr *api.Container) bool {
 // containers (read-only into every other, containerd and CRI-O alike).
 func isPrivileged(ctr *api.Container) bool {
 	for _, m := range ctr.GetMounts() {
-		if m.GetDestination() != "/sys" || m.GetType() != "sysfs" {
-			continue
+		if m.GetType() == "sysfs" {
+			return !slices.Contains(m.GetOptions(), "ro")
 		}
-		return !slices.Contains(m.GetOptions(), "ro")
 	}
 	return false
 }
