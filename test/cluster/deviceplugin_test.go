@@ -82,6 +82,16 @@ type testPlugin struct {
 // the kubelet's socket exists; it stops at the end of the test.
 func startTestPlugin(t *testing.T, dir string, devices ...string) *testPlugin {
 	t.Helper()
+	p := &testPlugin{devices: devices, allocs: make(chan []string, 16)}
+	servePlugin(t, dir, testResource, "sandbox-gpu-test.sock", p)
+	return p
+}
+
+// servePlugin serves a device plugin of resource on the socket endpoint in the kubelet's
+// device-plugin folder dir and registers it with the kubelet there once the kubelet's socket
+// exists; it stops at the end of the test.
+func servePlugin(t *testing.T, dir, resource, endpoint string, p pluginapi.DevicePluginServer) {
+	t.Helper()
 	ctx := testContext(t, podWithin)
 	kubeletSock := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 	require.NoError(t, pollTrue(ctx, podWithin, func() (bool, error) {
@@ -89,8 +99,6 @@ func startTestPlugin(t *testing.T, dir string, devices ...string) *testPlugin {
 		return err == nil, nil
 	}), "the kubelet's %s", kubeletSock)
 
-	p := &testPlugin{devices: devices, allocs: make(chan []string, 16)}
-	endpoint := "sandbox-gpu-test.sock"
 	sock := filepath.Join(dir, endpoint)
 	_ = os.Remove(sock)
 	l, err := net.Listen("unix", sock)
@@ -102,7 +110,7 @@ func startTestPlugin(t *testing.T, dir string, devices ...string) *testPlugin {
 	t.Cleanup(func() {
 		srv.Stop()
 		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("device plugin server: %v", err)
+			t.Errorf("device plugin server %s: %v", resource, err)
 		}
 		_ = os.Remove(sock)
 	})
@@ -111,10 +119,9 @@ func startTestPlugin(t *testing.T, dir string, devices ...string) *testPlugin {
 	require.NoError(t, err)
 	defer conn.Close()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: testResource,
+		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: resource,
 	})
-	require.NoError(t, err, "register with the kubelet")
-	return p
+	require.NoError(t, err, "register %s with the kubelet", resource)
 }
 
 func (p *testPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/simnode"
 )
 
 const (
@@ -45,6 +46,14 @@ var (
 	skipReason string
 	// startedIn is how long the bring-up took.
 	startedIn time.Duration
+	// node is the simulated GPU host of the cluster's node (its sys/ served in the node's mount
+	// namespace); nil when nodeMissing is set.
+	node        *simnode.Node
+	nodeMissing string
+	// images are the project's image archives imported into containerd; imagesMissing says why
+	// there are none.
+	images        []string
+	imagesMissing string
 
 	teardownOnce sync.Once
 	teardownErr  error
@@ -60,9 +69,11 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
 	defer cancel()
 	start := time.Now()
+	images, imagesMissing = findImages()
 	c, err := cluster.Start(ctx, cluster.Options{
 		LogsDir:      os.Getenv(logsEnv),
-		RuncHandlers: []string{testHandler},
+		Images:       images,
+		RuncHandlers: []string{testHandler, kataHandler},
 		Logf: func(format string, args ...any) {
 			if testing.Verbose() {
 				fmt.Fprintf(os.Stderr, "cluster: "+format+"\n", args...)
@@ -80,6 +91,13 @@ func run(m *testing.M) int {
 	}
 	shared, startedIn = c, time.Since(start)
 	fmt.Fprintf(os.Stderr, "cluster: up in %v (node %s, logs in %s)\n", startedIn.Round(time.Millisecond), c.NodeName(), c.LogsDir())
+	if err := startNode(ctx, c); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the simulated GPU host: %v\n", err)
+		if err := teardown(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: teardown: %v\n", err)
+		}
+		return 1
+	}
 	code := m.Run()
 	if os.Getenv(holdEnv) == "1" {
 		hold(c)
@@ -105,6 +123,14 @@ func teardown() error {
 		if err := shared.Stop(ctx); err != nil {
 			teardownErr = err
 			return
+		}
+		// The node's namespace and its containers are gone, and the simulated host's mount with
+		// them: the server ends.
+		if node != nil {
+			if err := node.Close(ctx); err != nil {
+				teardownErr = err
+				return
+			}
 		}
 		teardownErr = shared.VerifyHostRestored()
 		fmt.Fprintf(os.Stderr, "cluster: torn down and host checked in %v\n", time.Since(start).Round(time.Millisecond))

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// gpuResource is the resource of NVIDIA's device plugin, and the CDI kind of its GPUs' spec: what
+// the NRI plugin maps allocations to.
+const gpuResource = "nvidia.com/gpu"
+
+// standInGPU is one GPU of the stand-in CDI spec: a character device made with the numbers of a
+// harmless host device, which every container's device cgroup allows.
+type standInGPU struct {
+	id      string // the device plugin's ID and the CDI device name (the index strategy)
+	path    string // in the container: /dev/nvidia<id>
+	numbers string // major:minor in hex, as busybox stat's %t:%T prints them
+}
+
+// standInGPUs are the stand-in GPUs; nvidiactl (/dev/random's numbers) is the spec's common node.
+var standInGPUs = []standInGPU{
+	{id: "0", path: "/dev/nvidia0", numbers: "1:3"}, // /dev/null
+	{id: "1", path: "/dev/nvidia1", numbers: "1:5"}, // /dev/zero
+}
+
+const ctlNumbers = "1:8" // /dev/random
+
+// writeGPUSpec makes the stand-in device nodes in the cluster's work folder and writes a GPU CDI
+// spec of kind nvidia.com/gpu into the node's /etc/cdi (where containerd and the NRI plugin read
+// specs): devices "0" and "1", /dev/nvidia<i> each, /dev/nvidiactl in the common edits. Each node
+// carries its type and numbers, as `nri-gpu-plugin generate-cdi` writes them: the NRI plugin
+// resolves the spec in its own container, which does not have the node's /dev, and the CDI library
+// stats the host path of a node given without them. Both go at the end of the test.
+func writeGPUSpec(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	dir := filepath.Join(c.Dir(), "gpu-standins")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	mk := func(path, like string) *cdispec.DeviceNode {
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Stat(like, &st), "stat %s", like)
+		p := filepath.Join(dir, filepath.Base(path))
+		require.NoError(t, syscall.Mknod(p, syscall.S_IFCHR|0o666, int(st.Rdev)), "mknod %s", p)
+		return &cdispec.DeviceNode{Path: path, HostPath: p, Type: "c",
+			Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev))}
+	}
+	spec := cdispec.Spec{Kind: gpuResource, ContainerEdits: cdispec.ContainerEdits{
+		DeviceNodes: []*cdispec.DeviceNode{mk("/dev/nvidiactl", "/dev/random")},
+	}}
+	for i, like := range []string{"/dev/null", "/dev/zero"} {
+		g := standInGPUs[i]
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: g.id, ContainerEdits: cdispec.ContainerEdits{
+			DeviceNodes: []*cdispec.DeviceNode{mk(g.path, like)},
+		}})
+	}
+	v, err := cdispec.MinimumRequiredVersion(&spec)
+	require.NoError(t, err)
+	spec.Version = v
+	data, err := json.MarshalIndent(spec, "", "  ")
+	require.NoError(t, err)
+	file := filepath.Join(c.HostPath("/etc/cdi"), "sandbox-gpu-test-nvidia.json")
+	require.NoError(t, os.WriteFile(file, data, 0o644))
+	t.Cleanup(func() {
+		_ = os.Remove(file)
+		_ = os.RemoveAll(dir)
+	})
+}
+
+// gpuPlugin stands in for NVIDIA's device plugin where it leaves device injection to the runtime
+// (CDI and the NRI plugin): it advertises the stand-in GPUs as nvidia.com/gpu and its Allocate
+// returns nothing but records the IDs the kubelet allocated.
+type gpuPlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	allocs chan []string
+}
+
+// startGPUPlugin serves and registers the stand-in plugin for the test.
+func startGPUPlugin(t *testing.T, c *cluster.Cluster) *gpuPlugin {
+	t.Helper()
+	p := &gpuPlugin{allocs: make(chan []string, 16)}
+	servePlugin(t, c.DevicePluginDir(), gpuResource, "sandbox-gpu-test-nvidia-gpu.sock", p)
+	return p
+}
+
+func (p *gpuPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (p *gpuPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	resp := &pluginapi.ListAndWatchResponse{}
+	for _, g := range standInGPUs {
+		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: g.id, Health: pluginapi.Healthy})
+	}
+	if err := s.Send(resp); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func (p *gpuPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		p.allocs <- cr.GetDevicesIds()
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
+	}
+	return resp, nil
+}
+
+// allocated returns the one device of the one Allocate call so far.
+func (p *gpuPlugin) allocated() (standInGPU, error) {
+	select {
+	case ids := <-p.allocs:
+		for _, g := range standInGPUs {
+			if len(ids) == 1 && ids[0] == g.id {
+				return g, nil
+			}
+		}
+		return standInGPU{}, fmt.Errorf("allocated %v, want one of the stand-in GPUs", ids)
+	default:
+		return standInGPU{}, fmt.Errorf("the kubelet allocated no %s", gpuResource)
+	}
+}

@@ -1,0 +1,239 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/simnode"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Deadlines of the product's steps on a loaded 2-core machine; each poll returns as soon as its
+// state holds.
+const (
+	systemWithin  = 12 * time.Minute // the whole story
+	installWithin = 2 * time.Minute  // helm install to the operator pod Ready
+	operandWithin = 3 * time.Minute  // a node label to its operands Ready
+	stepWithin    = 2 * time.Minute  // anything else
+	gpuAddress    = "0000:3b:00.0"   // the fixture's A10
+	a10Resource   = "nvidia.com/GA102GL_A10"
+	pgpuResource  = "nvidia.com/pgpu"
+)
+
+// TestSandboxGPU is the product on the one-node cluster of real parts, its node a simulated A10
+// host whose sysfs the operands write through FUSE (simnode). One node goes through the configs in
+// order: the chart installed (the operator Ready, the GPU found and labelled by the discovery agent,
+// the node a container node by default), then the node labelled vm-passthrough in KubeVirt mode,
+// then the policy switched to Kata, then helm uninstall. Each step fails the rest.
+func TestSandboxGPU(t *testing.T) {
+	c, n := requireProduct(t)
+	ctx := testContext(t, systemWithin)
+	rel, err := newRelease(t, c, "sandbox-gpu", "default")
+	require.NoError(t, err)
+	step := func(name string, f func(t *testing.T)) {
+		t.Helper()
+		start := time.Now()
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+		if name != "uninstall" {
+			r, err := restarts(ctx, c)
+			require.NoError(t, err)
+			require.Empty(t, r, "after step %s: no container of the product restarted", name)
+		}
+		t.Logf("step %s: %v", name, time.Since(start).Round(time.Millisecond))
+	}
+	step("install", func(t *testing.T) {
+		require.NoError(t, rel.install(ctx, chartValues(n, "kubevirt")))
+		_, err := waitPodReady(ctx, c, names.OperandLabel+"=sandbox-gpu-operator", installWithin)
+		require.NoError(t, err, "the operator")
+	})
+	step("discovery", func(t *testing.T) {
+		_, err := waitOperandReady(ctx, c, names.GPUDiscovery, operandWithin)
+		require.NoError(t, err)
+		require.NoError(t, waitNodeLabel(ctx, c, names.GPUPresentLabel, "true", stepWithin), "the discovery agent found the A10")
+		require.NoError(t, waitNodeLabel(ctx, c, names.GPUCountLabel, "1", stepWithin))
+	})
+	step("container", func(t *testing.T) { containerNode(ctx, t, c) })
+	step("vm-passthrough", func(t *testing.T) { vmPassthrough(ctx, t, c, n) })
+	step("kata", func(t *testing.T) { kataMode(ctx, t, c, n, rel) })
+	step("uninstall", func(t *testing.T) {
+		require.NoError(t, rel.uninstall())
+		var left []string
+		require.NoError(t, pollTrue(ctx, operandWithin, func() (bool, error) {
+			var err error
+			left, err = leftovers(ctx, c)
+			return err == nil && len(left) == 0, err
+		}), "helm uninstall leaves nothing behind; left: %v", left)
+	})
+}
+
+// chartValues are the release's values: sandbox workloads on in mode, nodes containers by default,
+// images never pulled (imported), the operands reading the simulated host.
+func chartValues(n *simnode.Node, mode string) map[string]any {
+	return map[string]any{
+		"operator":         map[string]any{"imagePullPolicy": string(corev1.PullNever)},
+		"sandboxWorkloads": map[string]any{"enabled": true, "mode": mode, "defaultWorkload": "container"},
+		"testing":          map[string]any{"hostRoot": n.Root()},
+	}
+}
+
+// containerNode: on a container node the NRI plugin runs inside the cluster's containerd and gives
+// a pod's container exactly the GPU the kubelet allocated it from a stand-in nvidia.com/gpu device
+// plugin (as CDI devices of a stand-in GPU spec), and its sidecar, which asks for all GPUs by
+// NVIDIA's env variable, none.
+func containerNode(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	_, err := waitOperandReady(ctx, c, names.NRIPlugin, operandWithin)
+	require.NoError(t, err)
+	require.NoError(t, waitNodeStateReady(ctx, c, "container", stepWithin))
+	writeGPUSpec(t, c)
+	plugin := startGPUPlugin(t, c)
+	require.NoError(t, waitAllocatable(ctx, c, gpuResource, int64(len(standInGPUs)), stepWithin))
+
+	ns := "gpu-container"
+	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
+	pod := busyboxPod("cuda-job", "exec sleep 2147483647")
+	pod.Spec.Containers[0].Name = "cuda"
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpuResource: resource.MustParse("1")}
+	sidecar := busyboxPod("", "exec sleep 2147483647").Spec.Containers[0]
+	sidecar.Name = "sidecar"
+	// It asks for every GPU the way NVIDIA's runtime hooks read it, and must get none.
+	sidecar.Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+	pod.Spec.Containers = append(pod.Spec.Containers, sidecar)
+	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
+	require.NoError(t, err)
+
+	gpu, err := plugin.allocated()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{gpu.path: "character special file " + gpu.numbers, "/dev/nvidiactl": "character special file " + ctlNumbers},
+		deviceNodes(ctx, t, c, ns, pod.Name, "cuda", "/dev/nvidia*"), "the allocated GPU %s and the spec's common node, nothing else", gpu.id)
+	assert.Empty(t, deviceNodes(ctx, t, c, ns, pod.Name, "sidecar", "/dev/nvidia*"), "the sidecar holds no GPU")
+	env, _, err := c.Exec(ctx, ns, pod.Name, "sidecar", "/bin/sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
+	require.NoError(t, err)
+	assert.Equal(t, "void", strings.TrimSpace(env), "the NRI plugin voided the sidecar's NVIDIA env request")
+	deletePodAndWait(t, c, ns, pod.Name)
+}
+
+// vmPassthrough: labelled vm-passthrough, the node runs the VFIO manager, the KubeVirt device plugin
+// and the validator; the VFIO manager moves the A10 to vfio-pci through sysfs writes; the real
+// kubelet reports the plugin's resource; a pod shaped like KubeVirt's virt-launcher gets the GPU's
+// address and its VFIO nodes.
+func vmPassthrough(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node) {
+	setNodeLabel(ctx, t, c, names.WorkloadConfigLabel, ptr.To("vm-passthrough"))
+	for _, op := range []string{names.VFIOManager, names.KubeVirtDevicePlugin, names.Validator} {
+		_, err := waitOperandReady(ctx, c, op, operandWithin)
+		require.NoError(t, err, op)
+	}
+	require.NoError(t, waitOperandGone(ctx, c, names.NRIPlugin, stepWithin))
+	require.NoError(t, pollTrue(ctx, stepWithin, func() (bool, error) {
+		return n.Kernel.DriverOf(gpuAddress) == "vfio-pci", nil
+	}), "the A10 on vfio-pci (driver %q)", n.Kernel.DriverOf(gpuAddress))
+	var wrote []string
+	for _, w := range n.Kernel.Writes() {
+		wrote = append(wrote, w.Path+"="+strings.TrimSpace(w.Data))
+	}
+	t.Logf("sysfs writes of the VFIO manager's pod through FUSE: %v", wrote)
+	require.NoError(t, waitAllocatable(ctx, c, a10Resource, 1, stepWithin))
+	require.NoError(t, waitNodeStateReady(ctx, c, "vm-passthrough", stepWithin))
+
+	group := iommuGroup(t, n)
+	ns := "vms"
+	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
+	pod := busyboxPod("virt-launcher-testvm-x7k2p", "exec sleep 2147483647")
+	pod.Labels = map[string]string{"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "testvm"}
+	pod.Spec.Containers[0].Name = "compute"
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{a10Resource: resource.MustParse("1")}
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
+	require.NoError(t, err)
+	env, _, err := c.Exec(ctx, ns, pod.Name, "compute", "/bin/sh", "-c", "echo $PCI_RESOURCE_NVIDIA_COM_GA102GL_A10")
+	require.NoError(t, err)
+	assert.Equal(t, gpuAddress, strings.TrimSpace(env), "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10")
+	assert.Equal(t, vfioNodes(group), deviceNodes(ctx, t, c, ns, pod.Name, "compute", "/dev/vfio/*"),
+		"the group node and the VFIO container node, as the simulated host's character devices")
+	deletePodAndWait(t, c, ns, pod.Name)
+}
+
+// kataMode: the policy switched to Kata (helm upgrade) replaces the KubeVirt plugin by the Kata
+// plugin, which writes its CDI spec where containerd reads specs; a pod of the Kata runtime class
+// asking for nvidia.com/pgpu gets the VFIO nodes through containerd's CDI resolution of that spec.
+func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node, rel *release) {
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: kataHandler}, Handler: kataHandler}
+	_, err := c.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, rel.upgrade(ctx, chartValues(n, "kata")))
+	_, err = waitOperandReady(ctx, c, names.KataDevicePlugin, operandWithin)
+	require.NoError(t, err)
+	require.NoError(t, waitOperandGone(ctx, c, names.KubeVirtDevicePlugin, stepWithin))
+	require.NoError(t, waitAllocatable(ctx, c, pgpuResource, 1, stepWithin))
+	specs, err := filepath.Glob(filepath.Join(c.CDIDir(), "sandbox-gpu-kata-*"))
+	require.NoError(t, err)
+	require.Len(t, specs, 1, "the Kata plugin's CDI spec in the node's /var/run/cdi")
+	data, err := os.ReadFile(specs[0])
+	require.NoError(t, err)
+	t.Logf("%s:\n%s", specs[0], indent(string(data)))
+	require.NoError(t, waitNodeStateReady(ctx, c, "vm-passthrough", stepWithin))
+
+	group := iommuGroup(t, n)
+	ns := "kata"
+	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
+	pod := busyboxPod("kata-gpu", "exec sleep 2147483647")
+	pod.Spec.RuntimeClassName = ptr.To(kataHandler)
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{pgpuResource: resource.MustParse("1")}
+	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
+	require.NoError(t, err)
+	handlers, err := c.SandboxHandlers(ctx, ns, pod.Name)
+	require.NoError(t, err)
+	assert.Equal(t, []string{kataHandler}, handlers, "the pod sandbox's runtime handler")
+	assert.Equal(t, vfioNodes(group), deviceNodes(ctx, t, c, ns, pod.Name, "main", "/dev/vfio/*"),
+		"the VFIO nodes of the Kata plugin's CDI spec, resolved by containerd")
+	deletePodAndWait(t, c, ns, pod.Name)
+}
+
+// iommuGroup is the IOMMU group of the fixture's A10, from the simulated sysfs.
+func iommuGroup(t *testing.T, n *simnode.Node) string {
+	t.Helper()
+	link, err := os.Readlink(filepath.Join(n.SysDir(), "bus/pci/devices", gpuAddress, "iommu_group"))
+	require.NoError(t, err)
+	return filepath.Base(link)
+}
+
+// vfioNodes are the nodes a container given the group's GPU sees under /dev/vfio: the group node
+// and the VFIO container, with the simulated host's numbers (/dev/null's).
+func vfioNodes(group string) map[string]string {
+	return map[string]string{"/dev/vfio/" + group: "character special file 1:3", "/dev/vfio/vfio": "character special file 1:3"}
+}
+
+// deviceNodes lists the files matching glob in a container: path -> "<type> <major>:<minor>" (hex,
+// as busybox stat prints them).
+func deviceNodes(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, pod, container, glob string) map[string]string {
+	t.Helper()
+	script := `for f in ` + glob + `; do [ -e "$f" ] && stat -c '%n|%F %t:%T' "$f"; done; true`
+	out, _, err := c.Exec(ctx, ns, pod, container, "/bin/sh", "-c", script)
+	require.NoError(t, err, "list %s in %s/%s %s", glob, ns, pod, container)
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if p, v, ok := strings.Cut(line, "|"); ok {
+			got[p] = v
+		}
+	}
+	return got
+}
