@@ -8,17 +8,16 @@ import (
 	"os"
 	"regexp"
 	"strings"
-
-	"github.com/jaypipes/pcidb"
-	"sigs.k8s.io/yaml"
 )
 
 var (
 	// Whitespace matches runs of white space.
 	Whitespace = regexp.MustCompile(`\s+`)
 	notAllowed = regexp.MustCompile(`[^A-Z0-9_]`)
-	validName  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 )
+
+// NVIDIA is NVIDIA's PCI vendor id, the vendor the plugins serve.
+const NVIDIA = 0x10de
 
 // DeriveName turns a pci.ids device name into a resource name the way the
 // GPU Operator's kubevirt-gpu-device-plugin does: upper case; "/" and "."
@@ -66,27 +65,36 @@ var curated = map[uint16]string{
 // config, else the curated table, else the host's pci.ids, else the ids.
 type Namer struct {
 	overrides map[uint32]string
-	db        *pcidb.DB
+	pciNames  map[uint32]string // device names of the served vendors in pci.ids
 }
 
 func key(vendor, device uint16) uint32 { return uint32(vendor)<<16 | uint32(device) }
 
-// NewNamer reads pci.ids (the given file, or the usual system locations
-// when path is empty; none found is not an error there) and an optional
-// overrides file: YAML or JSON mapping "10de:2236" to a name.
-func NewNamer(pciIDs, overridesFile string) (*Namer, error) {
+// NewNamer reads pci.ids (the given file, or the first of SystemPCIIDs
+// when path is empty; none there is not an error) keeping the device names
+// of vendors (NVIDIA's when none are given), and an optional overrides
+// file: YAML or JSON mapping "10de:2236" to a name. A file that does not
+// parse is an error naming it (and the line or key).
+func NewNamer(pciIDs, overridesFile string, vendors ...uint16) (*Namer, error) {
+	if len(vendors) == 0 {
+		vendors = []uint16{NVIDIA}
+	}
 	n := &Namer{overrides: map[uint32]string{}}
-	if pciIDs != "" {
-		if _, err := os.Stat(pciIDs); err != nil {
-			return nil, fmt.Errorf("pci.ids %s: %w", pciIDs, err)
+	path := pciIDs
+	if path == "" {
+		for _, p := range SystemPCIIDs() {
+			if _, err := os.Stat(p); err == nil {
+				path = p
+				break
+			}
 		}
-		db, err := pcidb.New(pcidb.WithPath(pciIDs), noNetwork())
+	}
+	if path != "" {
+		names, err := ReadPCIIDs(path, vendors)
 		if err != nil {
-			return nil, fmt.Errorf("pci.ids %s: %w", pciIDs, err)
+			return nil, err
 		}
-		n.db = db
-	} else if db, err := pcidb.New(noNetwork()); err == nil {
-		n.db = db
+		n.pciNames = names
 	}
 	if overridesFile == "" {
 		return n, nil
@@ -95,46 +103,12 @@ func NewNamer(pciIDs, overridesFile string) (*Namer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("name overrides %s: %w", overridesFile, err)
 	}
-	var m map[string]string
-	if err := yaml.UnmarshalStrict(b, &m); err != nil {
+	m, err := ParseOverrides(b)
+	if err != nil {
 		return nil, fmt.Errorf("name overrides %s: %w", overridesFile, err)
 	}
-	if err := n.SetOverrides(m); err != nil {
-		return nil, fmt.Errorf("name overrides %s: %w", overridesFile, err)
-	}
+	n.overrides = m
 	return n, nil
-}
-
-// SetOverrides validates and installs overrides ("10de:2236" -> name).
-func (n *Namer) SetOverrides(m map[string]string) error {
-	for id, name := range m {
-		v, d, ok := strings.Cut(strings.ToLower(strings.TrimSpace(id)), ":")
-		vendor, err1 := parseHex16(v)
-		device, err2 := parseHex16(d)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("key %q: want VENDOR:DEVICE in hex, like 10de:2236", id)
-		}
-		if !validName.MatchString(name) {
-			return fmt.Errorf("key %q: name %q is not a valid resource name", id, name)
-		}
-		n.overrides[key(vendor, device)] = name
-	}
-	return nil
-}
-
-func parseHex16(s string) (uint16, error) {
-	var v uint16
-	if len(s) == 0 || len(s) > 4 {
-		return 0, fmt.Errorf("bad id %q", s)
-	}
-	_, err := fmt.Sscanf(s, "%x", &v)
-	return v, err
-}
-
-// noNetwork keeps pcidb from ever downloading pci.ids.
-func noNetwork() *pcidb.WithOption {
-	off := false
-	return &pcidb.WithOption{EnableNetworkFetch: &off}
 }
 
 // Name returns the resource name (without "nvidia.com/") of a model and
@@ -146,11 +120,11 @@ func (n *Namer) Name(vendor, device uint16) (string, string) {
 	if text, ok := curated[device]; ok && vendor == 0x10de {
 		return DeriveName(text), "curated"
 	}
-	if n.db != nil {
-		if p, ok := n.db.Products[fmt.Sprintf("%04x%04x", vendor, device)]; ok && p.Name != "" {
-			if name := DeriveName(p.Name); name != "" {
-				return name, "pci.ids"
-			}
+	if text, ok := n.pciNames[key(vendor, device)]; ok {
+		// The rule can give what the kubelet refuses (over 63 characters,
+		// a trailing "_" from "[RTX A1000 Embedded GPU ]"): those get ids.
+		if name := DeriveName(text); ValidResourceName(name) == nil {
+			return name, "pci.ids"
 		}
 	}
 	return fmt.Sprintf("PCI_%04X_%04X", vendor, device), "ids"
