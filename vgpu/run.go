@@ -38,6 +38,11 @@ type RunOptions struct {
 	TypeNames TypeNamer // nil for none
 	// Resync applies again without an event (default 5m).
 	Resync time.Duration
+	// Retry applies again this soon after a pass that left the node failed
+	// (a vGPU in use that the config would remove, the host driver not up
+	// yet), so a VM that exits is followed within seconds, not a resync
+	// (default 10s; never longer than Resync).
+	Retry time.Duration
 	Log    logr.Logger
 	// Observe, when set, gets the ready report after every pass.
 	Observe func(ReadyReport)
@@ -71,6 +76,10 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Resync <= 0 {
 		o.Resync = 5 * time.Minute
 	}
+	if o.Retry <= 0 {
+		o.Retry = 10 * time.Second
+	}
+	o.Retry = min(o.Retry, o.Resync)
 	if err := os.MkdirAll(o.RunDir, 0o755); err != nil {
 		return fmt.Errorf("vgpu run: %w", err)
 	}
@@ -119,6 +128,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	tick := time.NewTicker(o.Resync)
 	defer tick.Stop()
+	retry := time.NewTimer(o.Retry)
+	retry.Stop()
 	poke()
 	for {
 		select {
@@ -126,11 +137,16 @@ func Run(ctx context.Context, o RunOptions) error {
 			return nil
 		case <-kick:
 		case <-tick.C:
+		case <-retry.C:
 		case <-w.Events:
 		case err := <-w.Errors:
 			o.Log.Error(err, "Config file watch failed; applying anyway", "file", o.ConfigFile)
 		}
-		r.pass(ctx)
+		if r.pass(ctx) == StateFailed {
+			retry.Reset(o.Retry)
+		} else {
+			retry.Stop()
+		}
 	}
 }
 
@@ -150,17 +166,20 @@ type runner struct {
 }
 
 // pass applies the selected config once and reports the outcome.
-func (r *runner) pass(ctx context.Context) {
+// pass applies the selected config once and returns the state it left
+// ("" when the Node is not there yet).
+func (r *runner) pass(ctx context.Context) (state string) {
 	node, ok := r.node()
 	if !ok {
 		r.o.Log.Info("Node not found; waiting for it", "node", r.o.NodeName)
-		return
+		return ""
 	}
 	selected := node.Labels[names.VGPUConfigLabel]
 	if selected == "" {
 		selected = r.o.Default
 	}
 	rep := ReadyReport{Config: selected, State: StateFailed}
+	defer func() { state = rep.State }()
 	defer r.finish(&rep)
 	cfg, err := LoadConfig(r.o.ConfigFile)
 	var plan *Plan
@@ -200,6 +219,7 @@ func (r *runner) pass(ctx context.Context) {
 	if plan.Changes() {
 		r.event(ctx, node, corev1.EventTypeNormal, EventApplied, fmt.Sprintf("config %q applied: %s", selected, summary(rep.GPUs)))
 	}
+	return rep.State
 }
 
 // finish removes a pause file a crash left, writes the ready file and

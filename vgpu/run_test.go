@@ -34,6 +34,8 @@ type runFixture struct {
 	cfgFile string
 	runDir  string
 
+	retry time.Duration // RunOptions.Retry (setup may set it)
+
 	mu           sync.Mutex
 	reports      []ReadyReport
 	states       []string // the state label's values, in order, from a watch
@@ -72,7 +74,7 @@ func startRun(t *testing.T, node, fx string, labels map[string]string, resync ti
 			}
 		}
 	}()
-	o := RunOptions{Client: cs, NodeName: node, ConfigFile: f.cfgFile, Host: f.h, RunDir: f.runDir, Resync: resync,
+	o := RunOptions{Client: cs, NodeName: node, ConfigFile: f.cfgFile, Host: f.h, RunDir: f.runDir, Resync: resync, Retry: f.retry,
 		Log: logr.Discard(), Observe: func(r ReadyReport) {
 			f.mu.Lock()
 			f.reports = append(f.reports, r)
@@ -300,4 +302,22 @@ func TestRunRemovesAStalePause(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(f.runDir, names.VGPUPauseFile))
 	assert.Empty(t, f.k.Writes())
 	assert.Equal(t, []string{StateSuccess}, f.stateHistory(), "nothing to change: straight to success")
+}
+
+// TestRunRetriesARefusalSoon: a change refused because a VM holds a vGPU is
+// tried again within the retry period, not only at the next resync: the
+// VM exits and the node follows in seconds.
+func TestRunRetriesARefusalSoon(t *testing.T) {
+	f := startRun(t, "vgpu-retry", "a10-vgpu", map[string]string{names.VGPUConfigLabel: "small"}, time.Hour,
+		func(f *runFixture) { f.retry = 100 * time.Millisecond })
+	f.waitState(t, "small", StateSuccess)
+	m, ok, err := f.h.ReadMdev(StableUUID("vgpu-retry", "0000:3b:00.0", 0))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, f.k.HoldOpen(6001, "qemu-kvm", "vfio/"+strconv.Itoa(m.IOMMUGroup)))
+	f.label(t, "default")
+	f.waitState(t, "default", StateFailed)
+	require.NoError(t, f.k.Exit(6001))
+	r := f.waitState(t, "default", StateSuccess) // an hour's resync would never get here in time
+	assert.Equal(t, map[string]int{"A10-12Q": 2}, r.GPUs[0].VGPUs)
 }

@@ -179,7 +179,7 @@ func pauseFile(env *shell.Env, runDir string) string {
 func runCommand() *shell.Command {
 	var c common
 	var kubeconfig, def string
-	var resync time.Duration
+	var resync, retry time.Duration
 	return &shell.Command{Name: "run", Synopsis: "--config FILE --node-name NODE [--default NAME] [--kubeconfig FILE]",
 		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
 		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
@@ -188,6 +188,7 @@ func runCommand() *shell.Command {
 			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
 			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
+			fs.DurationVar(&retry, "retry", 10*time.Second, "apply again this soon after a pass left the node failed (a vGPU in use, the host driver not up yet)")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			if c.config == "" {
@@ -210,7 +211,7 @@ func runCommand() *shell.Command {
 			defer done()
 			st := newStatus(env)
 			return vgpu.Run(ctx, vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
-				Host: host.New(env.HostOptions()), RunDir: c.runDir, Allocated: alloc, Resync: resync, Log: env.Log,
+				Host: host.New(env.HostOptions()), RunDir: c.runDir, Allocated: alloc, Resync: resync, Retry: retry, Log: env.Log,
 				Observe: st.observe})
 		}}
 }
