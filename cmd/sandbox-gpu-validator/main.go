@@ -55,6 +55,7 @@ func validate() *shell.Command {
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
 			fs.StringVar(&o.VFIOReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
 			fs.StringVar(&o.PermittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "the KubeVirt device plugin's permittedHostDevices file")
+			fs.StringVar(&o.VGPUReadyFile, "vgpu-ready-file", names.RunPath(names.VGPUReadyFile), "the vGPU device manager's report (checked where the Node's deploy labels run it)")
 			fs.DurationVar(&o.Resync, "resync", time.Minute, "re-check this often without an event")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
