@@ -1,6 +1,8 @@
 package vfio
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -13,8 +15,8 @@ import (
 // optionally, functions to return to their host drivers. Functions named
 // in neither are never touched.
 type Desired struct {
-	// Vendor whose functions All selects (hex, default 10de).
-	Vendor string `json:"vendor,omitempty"`
+	// Vendor whose functions All selects (hex in a string, default 10de).
+	Vendor VendorID `json:"vendor,omitempty"`
 	// All selects every function of Vendor for vfio.
 	All bool `json:"all,omitempty"`
 	// NVSwitches includes NVSwitches in All.
@@ -27,28 +29,65 @@ type Desired struct {
 
 // LoadDesired reads a desired-state file (YAML or JSON).
 func LoadDesired(path string) (Desired, error) {
-	var d Desired
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return d, fmt.Errorf("read config %s: %w", path, err)
+		return Desired{}, fmt.Errorf("read config %s: %w", path, err)
 	}
+	return ParseDesired(path, b)
+}
+
+// ParseDesired parses and validates a desired-state file's content; errors
+// wrap ErrBadInput and name the file.
+func ParseDesired(path string, b []byte) (Desired, error) {
+	var d Desired
 	if err := yaml.UnmarshalStrict(b, &d); err != nil {
-		return d, fmt.Errorf("%w: config %s: %v", ErrBadInput, path, err)
+		return Desired{}, fmt.Errorf("%w: config %s: %w", ErrBadInput, path, err)
 	}
 	if _, _, err := d.Selections(); err != nil {
-		return d, fmt.Errorf("config %s: %w", path, err)
+		return Desired{}, fmt.Errorf("config %s: %w", path, err)
 	}
 	return d, nil
 }
+
+// VendorID is a PCI vendor id in the daemon's config: hex digits in a
+// string ("10de", "0x10de"); zero (absent) means NVIDIA. A number is
+// refused: YAML reads an unquoted 0x10de as 4318, which would select
+// vendor 0x4318.
+type VendorID uint16
+
+// UnmarshalJSON accepts only a string of hex.
+func (v *VendorID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '"' {
+		return fmt.Errorf("vendor: %s is not a string: write the hex id in quotes, like vendor: \"10de\" (YAML reads an unquoted 0x10de as the number 4318)", b)
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("vendor: %w", err)
+	}
+	id, err := host.ParseID(s)
+	if err != nil {
+		return fmt.Errorf("vendor: %w", err)
+	}
+	if id == 0 || id == 0xffff {
+		return fmt.Errorf("vendor: %q is not a PCI vendor id", s)
+	}
+	*v = VendorID(id)
+	return nil
+}
+
+// MarshalJSON writes the id as four hex digits in a string.
+func (v VendorID) MarshalJSON() ([]byte, error) { return json.Marshal(v.String()) }
+
+// String is the id as four hex digits ("10de").
+func (v VendorID) String() string { return fmt.Sprintf("%04x", uint16(v)) }
 
 // Selections validates the desired state and returns the vfio and host
 // selections. An address in both lists is an error.
 func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	vendor := host.VendorNVIDIA
-	if d.Vendor != "" {
-		if vendor, err = host.ParseID(d.Vendor); err != nil {
-			return toVFIO, toHost, fmt.Errorf("%w: vendor: %v", ErrBadInput, err)
-		}
+	if d.Vendor != 0 {
+		vendor = uint16(d.Vendor)
 	}
 	toVFIO = Selection{All: d.All, Vendor: vendor, NVSwitches: d.NVSwitches}
 	toHost = Selection{Vendor: vendor}
@@ -56,7 +95,7 @@ func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	for _, s := range d.Host {
 		a, err := host.ParseAddress(s)
 		if err != nil {
-			return toVFIO, toHost, fmt.Errorf("%w: host: %v", ErrBadInput, err)
+			return toVFIO, toHost, fmt.Errorf("%w: host: %w", ErrBadInput, err)
 		}
 		hostSet[a] = true
 		toHost.Devices = append(toHost.Devices, a)
@@ -65,7 +104,7 @@ func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	for _, s := range d.Devices {
 		a, err := host.ParseAddress(s)
 		if err != nil {
-			return toVFIO, toHost, fmt.Errorf("%w: devices: %v", ErrBadInput, err)
+			return toVFIO, toHost, fmt.Errorf("%w: devices: %w", ErrBadInput, err)
 		}
 		if hostSet[a] {
 			return toVFIO, toHost, fmt.Errorf("%w: %s is listed in both devices and host", ErrBadInput, a)

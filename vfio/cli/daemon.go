@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -27,7 +29,14 @@ func daemonCommand() *shell.Command {
 			fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "how often the readiness file is renewed; readers take one three heartbeats old as a dead daemon's")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
-			desired := vfio.Desired{Vendor: c.vendor, All: c.all, NVSwitches: c.nvswitches, Devices: c.devices}
+			vendor, err := host.ParseID(c.vendor)
+			if err == nil && (vendor == 0 || vendor == 0xffff) {
+				err = fmt.Errorf("%q is not a PCI vendor id", c.vendor)
+			}
+			if err != nil {
+				return shell.Usagef("--vendor: %v", err)
+			}
+			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices}
 			if config == "" && !c.all && len(c.devices) == 0 {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
