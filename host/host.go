@@ -229,9 +229,18 @@ func (h *Host) DriverLoaded(driver string) bool {
 	return err == nil
 }
 
+// ErrNoKernelRelease is the error of KernelRelease, ModulesDir, Aliases and
+// DriverStateOf when the proc root has no sys/kernel/osrelease (and no
+// modules folder was given): the modules folder cannot be found. Callers
+// degrade to vfio-pci, without modules.alias, and say so.
+var ErrNoKernelRelease = errors.New("kernel release unknown")
+
 // KernelRelease reads the running kernel's release from the proc root.
 func (h *Host) KernelRelease() (string, error) {
 	rel, err := readAttr(filepath.Join(h.proc, "sys", "kernel"), "osrelease")
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: %w", ErrNoKernelRelease, err)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -215,6 +216,12 @@ func TestAliasesAndModulesDir(t *testing.T) {
 	_, err = host.New(o).ModulesDir()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "osrelease")
+	assert.NotErrorIs(t, err, host.ErrNoKernelRelease, "an invalid release is not a missing one")
+
+	require.NoError(t, os.Remove(filepath.Join(k.Root(), "proc", "sys", "kernel", "osrelease")))
+	_, err = host.New(o).Aliases()
+	require.ErrorIs(t, err, host.ErrNoKernelRelease)
+	assert.Contains(t, err.Error(), filepath.Join(k.Root(), "proc", "sys", "kernel", "osrelease"))
 }
 
 func TestDriverOverrideRoundTrip(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type Daemon struct {
 	mu      sync.Mutex
 	ready   bool
 	last    *ReadyReport
+	warned  string // the warnings last logged, logged again only on change
 	metrics daemonMetrics
 }
 
@@ -210,6 +212,7 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		if err != nil {
 			return nil, err
 		}
+		d.warn(planner.Warnings)
 		planner.UseKubelet(ctx, d.opts.Allocations)
 		plan, err := planner.Plan(step.sel, step.target)
 		if err != nil {
@@ -228,6 +231,18 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 	}
 	rep.Ready, rep.Reason = judgeRefusals(rep.Refused)
 	return rep, nil
+}
+
+// warn logs planning warnings when they differ from the last ones.
+func (d *Daemon) warn(ws []string) {
+	text := strings.Join(ws, "\n")
+	d.mu.Lock()
+	changed := text != d.warned
+	d.warned = text
+	d.mu.Unlock()
+	if changed {
+		LogWarnings(d.opts.Log, ws)
+	}
 }
 
 func (d *Daemon) setReady(rep *ReadyReport) {

@@ -14,6 +14,9 @@ type StatusReport struct {
 	IOMMU   IOMMUReport      `json:"iommu"`
 	VFIO    host.DriverState `json:"vfio"`
 	Devices []DeviceReport   `json:"devices"`
+	// Warnings say what the report could not know (no kernel release:
+	// vfio-pci for every function, its loadability unknown).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // IOMMUReport is the IOMMU part of a status.
@@ -46,18 +49,19 @@ type DeviceReport struct {
 // functions when vendor is 0), with the vfio driver each would take and
 // whether vfio-pci is loaded or loadable.
 func Status(h *host.Host, snap *host.Snapshot, vendor uint16) (StatusReport, error) {
-	aliases, err := h.Aliases()
+	aliases, warning, err := readAliases(h)
 	if err != nil {
 		return StatusReport{}, err
 	}
-	vfioState, err := h.DriverStateOf("vfio-pci", "vfio_pci")
+	vfioState, warning2, err := vfioDriverState(h)
 	if err != nil {
 		return StatusReport{}, err
 	}
 	r := StatusReport{
-		VFIO:    vfioState,
-		IOMMU:   IOMMUReport{Enabled: snap.IOMMU.Enabled, UnsafeNoIOMMU: snap.IOMMU.UnsafeNoIOMMU, Units: snap.IOMMU.Units},
-		Devices: []DeviceReport{},
+		Warnings: appendWarning(appendWarning(nil, warning), warning2),
+		VFIO:     vfioState,
+		IOMMU:    IOMMUReport{Enabled: snap.IOMMU.Enabled, UnsafeNoIOMMU: snap.IOMMU.UnsafeNoIOMMU, Units: snap.IOMMU.Units},
+		Devices:  []DeviceReport{},
 	}
 	if r.IOMMU.Units == nil {
 		r.IOMMU.Units = []string{}

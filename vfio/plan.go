@@ -98,6 +98,9 @@ type Planner struct {
 	Snap    *host.Snapshot
 	Usage   *host.Usage
 	Aliases []host.Alias
+	// Warnings say what planning could not know (no kernel release: no
+	// modules.alias, vfio-pci for every function).
+	Warnings []string
 
 	// holders are the kubelet's allocations (UseKubelet); nil without one.
 	holders    map[string][]podresources.Holder
@@ -139,11 +142,11 @@ func NewPlanner(h *host.Host) (*Planner, error) {
 	if err != nil {
 		return nil, err
 	}
-	aliases, err := h.Aliases()
+	aliases, warning, err := readAliases(h)
 	if err != nil {
 		return nil, err
 	}
-	return &Planner{Host: h, Snap: snap, Usage: usage, Aliases: aliases}, nil
+	return &Planner{Host: h, Snap: snap, Usage: usage, Aliases: aliases, Warnings: appendWarning(nil, warning)}, nil
 }
 
 // Select resolves a selection to functions, adding the rest of each card

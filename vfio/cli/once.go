@@ -49,6 +49,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		if err != nil {
 			return err
 		}
+		vfio.LogWarnings(env.Log, report.Warnings)
 		if c.output == "json" {
 			return vfio.WriteJSON(env.Stdout, report)
 		}
@@ -80,6 +81,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 	if err != nil {
 		return err
 	}
+	vfio.LogWarnings(env.Log, planner.Warnings)
 	planner.UseKubelet(ctx, alloc)
 	plan, err := planner.Plan(sel, target)
 	if err != nil {
