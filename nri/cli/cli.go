@@ -56,7 +56,7 @@ func defaults() *options {
 	return &options{
 		cdiDirs:   list("/etc/cdi", "/var/run/cdi"),
 		resources: list(nri.DefaultResources...),
-		skip:      list("kata*"),
+		skip:      listFlag{vals: []string{"kata*"}, allowEmpty: true},
 	}
 }
 
@@ -72,7 +72,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.name, "plugin-name", "sandbox-gpu", "plugin name")
 	fs.BoolVar(&o.strictPrivileged, "strict-privileged", false, "apply the allocation rule to privileged containers too (default: a privileged container without an allocation keeps env-based GPU access, as nvidia-container-toolkit's accept-envvar-when-privileged)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
-	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; default kata*; add \"\" where Kata is the default runtime)")
+	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; the first use replaces the default kata*; \"\" is the default runtime's empty handler: pass --skip-runtime-handler kata* --skip-runtime-handler \"\" where Kata is the default runtime)")
 	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+names.RequestAnnotation+" annotation (repeatable; default none)")
 	fs.StringVar(&o.injection, "injection", nri.InjectAuto, "auto (CDI requests on containerd 2.1+, resolved edits elsewhere), cdi or edits")
 }
@@ -117,6 +117,9 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 type listFlag struct {
 	vals []string
 	set  bool
+	// allowEmpty accepts "" as a value (--skip-runtime-handler "": the
+	// default runtime, whose handler is empty).
+	allowEmpty bool
 }
 
 func list(defaults ...string) listFlag { return listFlag{vals: defaults} }
@@ -124,7 +127,7 @@ func list(defaults ...string) listFlag { return listFlag{vals: defaults} }
 func (l *listFlag) String() string { return strings.Join(l.vals, ",") }
 
 func (l *listFlag) Set(v string) error {
-	if v == "" {
+	if v == "" && !l.allowEmpty {
 		return errors.New("empty value")
 	}
 	if !l.set {

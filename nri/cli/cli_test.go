@@ -3,9 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -77,4 +79,41 @@ func TestGenerateKeepsAnotherSpec(t *testing.T) {
 	} else {
 		assert.Contains(t, out, "built without cgo")
 	}
+}
+
+// TestSkipDefaultRuntimeHandler: --skip-runtime-handler "" (the default
+// runtime, whose handler is empty, where Kata is the default runtime) was
+// refused as an empty value although the help says to pass it. It is
+// accepted, and the first use still replaces the default kata*.
+func TestSkipDefaultRuntimeHandler(t *testing.T) {
+	parse := func(args ...string) *options {
+		t.Helper()
+		o := defaults()
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.register(fs)
+		require.NoError(t, fs.Parse(args))
+		return o
+	}
+	assert.Equal(t, []string{"kata*"}, parse().skip.vals)
+	assert.Equal(t, []string{""}, parse("--skip-runtime-handler", "").skip.vals, "the first use replaces the default")
+	assert.Equal(t, []string{"kata*", ""}, parse("--skip-runtime-handler", "kata*", "--skip-runtime-handler", "").skip.vals)
+	assert.Equal(t, []string{"", "kata*"}, parse("--skip-runtime-handler=", "--skip-runtime-handler=kata*").skip.vals)
+
+	o, err := parseConfig("--skip-runtime-handler=kata* --skip-runtime-handler=")
+	require.NoError(t, err, "a pre-registered plugin's config file says it with an empty value after =")
+	assert.Equal(t, []string{"kata*", ""}, o.skip.vals)
+
+	no, _, pods, err := build(parse("--skip-runtime-handler", "", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), logr.Discard())
+	require.NoError(t, err)
+	defer pods.Close()
+	assert.Equal(t, []string{""}, no.SkipRuntimeHandlers)
+
+	for _, other := range []string{"--cdi-dir", "--resource", "--annotation-namespace"} {
+		_, err := parseConfig(other + "=")
+		assert.ErrorContains(t, err, "empty value", "%s stays non-empty", other)
+	}
+	code, out := runPlugin(t, "--skip-runtime-handler", "", "--plugin-index", "7")
+	assert.Equal(t, 1, code)
+	assert.NotContains(t, out, "empty value")
+	assert.Contains(t, out, "want two digits", "got past the flags")
 }

@@ -1,0 +1,19 @@
+package nri
+
+import (
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/stretchr/testify/assert"
+)
+
+// TestSkipTheDefaultRuntime: the pattern "" matches the default runtime's
+// empty handler (where Kata is the default runtime), and only it.
+func TestSkipTheDefaultRuntime(t *testing.T) {
+	p := &core{o: Options{SkipRuntimeHandlers: []string{"kata*", ""}}}
+	for handler, skip := range map[string]bool{"": true, "kata-qemu-nvidia-gpu": true, "runc": false, "nvidia": false} {
+		assert.Equal(t, skip, p.skipped(&api.PodSandbox{RuntimeHandler: handler}), "handler %q", handler)
+	}
+	p = &core{o: Options{SkipRuntimeHandlers: []string{"kata*"}}}
+	assert.False(t, p.skipped(&api.PodSandbox{}), "without \"\" the default runtime's pods are served")
+}
