@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -44,12 +45,16 @@ type DaemonOptions struct {
 	Allocations Allocations
 	// Registerer receives the daemon's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// OnReport, when set, gets the report of every reconcile (a release
+	// daemon publishes it on its Node).
+	OnReport func(ctx context.Context, rep *ReadyReport)
 }
 
 // Daemon holds a desired state and reconciles the host towards it. It
 // never unbinds a function in use, and it changes nothing on shutdown.
 type Daemon struct {
 	opts    DaemonOptions
+	held    atomic.Bool // Run holds the lock for its life (release)
 	mu      sync.Mutex
 	ready   bool
 	last    *ReadyReport
@@ -118,6 +123,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		events, watchErrs = w.Events, w.Errors
 	}
 	defer d.clearReady()
+	if d.releasing() {
+		// A release holds the host lock for its whole life: a VFIO manager
+		// of the config being left (an old pod still terminating) or a
+		// host-side vfio-manager cannot bind a function back meanwhile.
+		unlock, err := d.lockForLife(ctx)
+		if err != nil {
+			return err
+		}
+		if unlock == nil {
+			return nil // ctx ended while waiting
+		}
+		defer unlock()
+	}
 	tick := time.NewTicker(d.opts.Resync)
 	defer tick.Stop()
 	beat := time.NewTicker(d.opts.Heartbeat)
@@ -166,7 +184,11 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 	rep, err := d.reconcile(ctx)
 	if err != nil {
 		d.metrics.reconciles.WithLabelValues("error").Inc()
-		d.setReady(&ReadyReport{Time: time.Now(), Error: err.Error(), Reason: "cannot reconcile: " + err.Error(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}})
+		failed := &ReadyReport{Time: time.Now(), Error: err.Error(), Reason: "cannot reconcile: " + err.Error(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
+		d.setReady(failed)
+		if d.opts.OnReport != nil {
+			d.opts.OnReport(ctx, failed)
+		}
 		return nil, err
 	}
 	result := "ok"
@@ -177,11 +199,14 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 	d.metrics.functions.WithLabelValues("vfio").Set(float64(len(rep.VFIO)))
 	d.metrics.functions.WithLabelValues("refused").Set(float64(len(rep.Refused)))
 	d.setReady(rep)
+	if d.opts.OnReport != nil {
+		d.opts.OnReport(ctx, rep)
+	}
 	return rep, nil
 }
 
 func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
-	if d.opts.LockFile != "" {
+	if d.opts.LockFile != "" && !d.lockHeld() {
 		release, err := AcquireLock(ctx, d.opts.LockFile)
 		if err != nil {
 			return nil, err
@@ -230,6 +255,11 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		}
 	}
 	rep.Ready, rep.Reason = judgeRefusals(rep.Refused)
+	if desired.Release {
+		if err := d.judgeRelease(rep, toHost.Vendor); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 

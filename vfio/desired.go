@@ -25,6 +25,11 @@ type Desired struct {
 	Devices []string `json:"devices,omitempty"`
 	// Host lists functions to return to their host driver (when idle).
 	Host []string `json:"host,omitempty"`
+	// Release returns every function of Vendor (NVSwitches included) to
+	// its host driver, when idle, and takes none for vfio: what a node
+	// leaving vm-passthrough (or an uninstall) needs. It excludes All and
+	// Devices.
+	Release bool `json:"release,omitempty"`
 }
 
 // LoadDesired reads a desired-state file (YAML or JSON).
@@ -88,6 +93,12 @@ func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	vendor := host.VendorNVIDIA
 	if d.Vendor != 0 {
 		vendor = uint16(d.Vendor)
+	}
+	if d.Release {
+		if d.All || len(d.Devices) > 0 {
+			return toVFIO, toHost, fmt.Errorf("%w: release returns every function of vendor %04x to its host driver: it takes no all or devices", ErrBadInput, vendor)
+		}
+		return Selection{Vendor: vendor}, Selection{All: true, Vendor: vendor, NVSwitches: true}, nil
 	}
 	toVFIO = Selection{All: d.All, Vendor: vendor, NVSwitches: d.NVSwitches}
 	toHost = Selection{Vendor: vendor}

@@ -36,6 +36,18 @@ const (
 	GPULabelPrefix = Domain + "/gpu."
 	// DeployPrefix starts every deploy label: <prefix><operand>=true.
 	DeployPrefix = Domain + "/deploy."
+	// ReleasePrefix starts every release label: <prefix><operand>=true
+	// runs that operand in release mode on the node (its release
+	// DaemonSet), which returns the host state the operand made: GPUs back
+	// to their host driver, vGPUs removed. The operator sets it while a
+	// node leaves a config, in the same write that removes the operand's
+	// deploy label.
+	ReleasePrefix = Domain + "/release."
+	// ReleaseReportPrefix starts the annotation a release daemon publishes
+	// on its own Node: <prefix><operand> = JSON (internal/nodereport): done,
+	// or what stays and why. The operator reads it and removes it once the
+	// release label is gone.
+	ReleaseReportPrefix = Domain + "/release-report."
 	// PermittedAnnotation on a Node carries, as JSON, the KubeVirt
 	// permittedHostDevices the node's KubeVirt device plugin derived for
 	// what it advertises; the validator publishes it, the operator merges
@@ -81,6 +93,18 @@ func Operands() []string {
 // DeployLabel is the node label that selects an operand's DaemonSet.
 func DeployLabel(operand string) string { return DeployPrefix + operand }
 
+// ReleaseLabel is the node label that selects an operand's release
+// DaemonSet.
+func ReleaseLabel(operand string) string { return ReleasePrefix + operand }
+
+// ReleaseReportAnnotation is the annotation an operand's release daemon
+// publishes on its Node.
+func ReleaseReportAnnotation(operand string) string { return ReleaseReportPrefix + operand }
+
+// ReleaseOperand is the name of an operand's release DaemonSet operand
+// (its pods' OperandLabel): vfio-manager-release.
+func ReleaseOperand(operand string) string { return operand + "-release" }
+
 // Files the node daemons share on the host. RunDir is mounted into every
 // node daemon that writes or reads one of them.
 const (
@@ -91,6 +115,11 @@ const (
 	// VFIOLockFile is the host-wide lock every process that rebinds PCI
 	// functions holds: the daemon and a host-side vfio-manager alike.
 	VFIOLockFile = "vfio.lock"
+	// VGPULockFile is the vGPU device manager's host-wide lock: a pass of
+	// the node daemon holds it, its release mode holds it for its life, so
+	// an old and a new pod (or the daemon and its release) never change
+	// vGPUs at once.
+	VGPULockFile = "vgpu.lock"
 	// PermittedFile is where the KubeVirt device plugin keeps the
 	// permittedHostDevices of what it advertises.
 	PermittedFile = "kubevirt-permitted-host-devices.json"

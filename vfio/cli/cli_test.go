@@ -58,6 +58,8 @@ func TestBadUsageExitsOne(t *testing.T) {
 		"unknown flag":     {"status", "--frob"},
 		"stray argument":   {"status", "extra"},
 		"simulate flag":    {"status", "--simulate=a10"},
+		"release with all": {"daemon", "--release", "--all", "--simulate", "a10"},
+		"release config":   {"daemon", "--release", "--config", "x.yaml", "--simulate", "a10"},
 		"missing sysfs":    {"status", "--sysfs-root", "/nonexistent/sys"},
 	}
 	for name, args := range cases {

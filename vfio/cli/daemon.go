@@ -4,29 +4,37 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // daemonCommand runs the VFIO manager as a node daemon: it holds the
 // desired state (flags or --config), publishes readiness, and changes
-// nothing on shutdown.
+// nothing on shutdown. With --release it returns every function of the
+// vendor to its host driver instead (a node leaving vm-passthrough).
 func daemonCommand() *shell.Command {
 	var c common
-	var config, readyDir string
+	var config, readyDir, nodeName string
 	var resync, heartbeat time.Duration
-	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--ready-dir DIR] [--health-addr ADDR]",
+	var release bool
+	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--ready-dir DIR] [--health-addr ADDR]",
 		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: ":8081", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, true)
-			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host); watched for changes")
+			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host, release); watched for changes")
 			fs.StringVar(&readyDir, "ready-dir", names.RunDir, "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "period of the safety-net reconcile")
 			fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "how often the readiness file is renewed; readers take one three heartbeats old as a dead daemon's")
+			fs.BoolVar(&release, "release", false, "return every function of --vendor (NVSwitches included) to its host driver, never one in use, and "+
+				"hold the host lock while running; ready once none is left on vfio. In a pod, the report goes to its Node's "+
+				names.ReleaseReportAnnotation("vfio-manager")+" annotation")
+			fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose annotation takes the release report (default $NODE_NAME)")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			vendor, err := host.ParseID(c.vendor)
@@ -36,8 +44,11 @@ func daemonCommand() *shell.Command {
 			if err != nil {
 				return shell.Usagef("--vendor: %v", err)
 			}
-			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices}
-			if config == "" && !c.all && len(c.devices) == 0 {
+			if release && (config != "" || c.all || len(c.devices) > 0) {
+				return shell.Usagef("--release returns every function of the vendor: it takes no --config, --all or --device")
+			}
+			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices, Release: release}
+			if config == "" && !release && !c.all && len(c.devices) == 0 {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
 			alloc, done, err := c.allocations(env)
@@ -45,12 +56,41 @@ func daemonCommand() *shell.Command {
 				return err
 			}
 			defer done()
+			var report func(context.Context, *vfio.ReadyReport)
+			if release {
+				report = releasePublisher(env, nodeName)
+			}
 			d, err := vfio.NewDaemon(vfio.DaemonOptions{Allocations: alloc, Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
-				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics})
+				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics,
+				OnReport: report})
 			if err != nil {
 				return err
 			}
 			env.AddReady("vfio-manager", d.Readiness)
 			return d.Run(ctx)
 		}}
+}
+
+// releasePublisher publishes a release's reports on the Node through the
+// pod's service account; outside a pod (or without a node name) they are
+// only logged and served on /readyz.
+func releasePublisher(env *shell.Env, node string) func(context.Context, *vfio.ReadyReport) {
+	srv, err := nodereport.InClusterServer()
+	if err == nil && node == "" {
+		err = fmt.Errorf("no node name (set --node-name or NODE_NAME)")
+	}
+	var patch nodereport.PatchFunc
+	if err == nil {
+		patch, err = srv.NodePatcher()
+	}
+	if err != nil {
+		env.Log.Info("The release report is not published on the Node", "reason", err.Error())
+		return nil
+	}
+	p := &nodereport.Publisher{Node: node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager), Patch: patch}
+	return func(ctx context.Context, rep *vfio.ReadyReport) {
+		if err := p.Publish(ctx, vfio.ReleaseReport(rep)); err != nil {
+			env.Log.Error(err, "Cannot publish the release report")
+		}
+	}
 }
