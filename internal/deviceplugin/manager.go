@@ -9,15 +9,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // KubeletSocketName is the kubelet's registration socket in the plugin dir.
@@ -47,8 +43,14 @@ type Options struct {
 	OnScan func([]Resource) error
 	Log    logr.Logger
 	// Registerer receives the plugin's metrics (devices by health,
-	// allocations, registrations); nil keeps them unregistered.
+	// allocations, registrations, server starts); nil keeps them
+	// unregistered.
 	Registerer prometheus.Registerer
+	// RestartBackoff is the first wait before a server that failed to
+	// start, or whose listener failed, is started again (default 100ms);
+	// it doubles after each failure up to MaxRestartBackoff (default 10s),
+	// and the manager keeps trying at that pace.
+	RestartBackoff, MaxRestartBackoff time.Duration
 }
 
 // Manager runs one server per resource and keeps them registered.
@@ -60,6 +62,8 @@ type Manager struct {
 	scans    int
 	attempts int
 	retry    chan struct{} // asks Run to retry registrations soon
+	restart  chan struct{} // asks Run to restart servers that are down
+	scanErr  error         // the last scan's error, nil when it succeeded
 	metrics  *metrics
 }
 
@@ -74,7 +78,13 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 20 * time.Millisecond
 	}
-	m := &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1), metrics: newMetrics()}
+	if opts.RestartBackoff <= 0 {
+		opts.RestartBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxRestartBackoff < opts.RestartBackoff {
+		opts.MaxRestartBackoff = max(10*time.Second, opts.RestartBackoff)
+	}
+	m := &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1), restart: make(chan struct{}, 1), metrics: newMetrics()}
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(collector{m}); err != nil {
 			return nil, fmt.Errorf("deviceplugin: register metrics: %w", err)
@@ -114,6 +124,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	retryTimer := time.NewTimer(time.Hour)
 	retryTimer.Stop()
 	backoff, retryUntil := time.Duration(0), time.Time{}
+	// Server restarts: RestartBackoff doubling to MaxRestartBackoff, until
+	// every server is up again.
+	restartTimer := time.NewTimer(time.Hour)
+	restartTimer.Stop()
+	restartBackoff := time.Duration(0)
 	m.scan(ctx)
 	for {
 		select {
@@ -156,6 +171,18 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			backoff = min(2*backoff, time.Second)
 			retryTimer.Reset(backoff)
+		case <-m.restart:
+			if restartBackoff == 0 {
+				restartBackoff = m.opts.RestartBackoff
+				restartTimer.Reset(restartBackoff)
+			}
+		case <-restartTimer.C:
+			if m.restartDown(ctx) {
+				restartBackoff = 0
+				continue
+			}
+			restartBackoff = min(2*restartBackoff, m.opts.MaxRestartBackoff)
+			restartTimer.Reset(restartBackoff)
 		case <-tick.C:
 			m.scan(ctx)
 			m.registerPending(ctx)
@@ -203,6 +230,9 @@ func (m *Manager) scan(ctx context.Context) {
 	ready := m.ready
 	m.mu.Unlock()
 	res, err := m.opts.Scanner.Scan(ctx)
+	m.mu.Lock()
+	m.scanErr = err
+	m.mu.Unlock()
 	if err != nil {
 		m.opts.Log.Error(err, "Scanning devices")
 		return
@@ -235,8 +265,9 @@ func (m *Manager) scan(ctx context.Context) {
 		s, fresh := m.server(r.Name)
 		if fresh {
 			s.update(r)
-			if err := s.start(); err != nil {
-				m.opts.Log.Error(err, "Serving resource", "resource", r.Name)
+			if err := m.startServer(s); err != nil {
+				m.opts.Log.Error(err, "Serving resource; retrying with backoff", "resource", r.Name)
+				m.restartSoon()
 				continue
 			}
 			if !m.register(ctx, s) {
@@ -268,7 +299,7 @@ func (m *Manager) server(name string) (*server, bool) {
 	if s, ok := m.servers[name]; ok {
 		return s, false
 	}
-	s := newServer(name, m.SocketPath(name), m.metrics.allocations)
+	s := newServer(name, m.SocketPath(name), m.metrics.allocations, m.restartSoon)
 	m.servers[name] = s
 	return s, true
 }
@@ -282,105 +313,6 @@ func (m *Manager) sortedServers() []*server {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
-}
-
-// reRegister restarts servers whose socket is gone (the kubelet wipes the
-// folder when it starts) and registers every server again.
-func (m *Manager) reRegister(ctx context.Context) {
-	for _, s := range m.sortedServers() {
-		_, err := os.Stat(s.socket)
-		missing := err != nil
-		if missing {
-			s.stop()
-			if err := s.start(); err != nil {
-				m.opts.Log.Error(err, "Serving resource again", "resource", s.name)
-				continue
-			}
-		}
-		if !m.register(ctx, s) {
-			m.retrySoon()
-		}
-	}
-}
-
-// retrySoon asks Run to retry registrations with a short backoff (the
-// kubelet creates kubelet.sock a moment before it accepts connections).
-func (m *Manager) retrySoon() {
-	select {
-	case m.retry <- struct{}{}:
-	default:
-	}
-}
-
-// registerPending retries registrations that failed or are due.
-func (m *Manager) registerPending(ctx context.Context) bool {
-	ok := true
-	for _, s := range m.sortedServers() {
-		ok = m.register(ctx, s) && ok
-	}
-	return ok
-}
-
-// kubeletInstance identifies the kubelet.sock file now there (inode and
-// change time: a restarted kubelet's socket differs even when the inode
-// number is reused), "" when there is none.
-func (m *Manager) kubeletInstance() string {
-	st, err := os.Stat(filepath.Join(m.opts.Dir, KubeletSocketName))
-	if err != nil {
-		return ""
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return fmt.Sprintf("%d@%d.%d", sys.Ino, sys.Ctim.Sec, sys.Ctim.Nsec)
-	}
-	return st.ModTime().String()
-}
-
-// register tells the kubelet about one server, at most once per kubelet
-// instance and listener: a kubelet restart (which removes the plugin's
-// socket, then creates kubelet.sock) yields exactly one registration. It
-// reports whether the server is registered with the current kubelet.
-func (m *Manager) register(ctx context.Context, s *server) bool {
-	inst := m.kubeletInstance()
-	s.mu.Lock()
-	key := fmt.Sprintf("%s/%d", inst, s.gen)
-	done := s.regKey == key && inst != ""
-	s.mu.Unlock()
-	if done {
-		return true
-	}
-	err := Register(ctx, filepath.Join(m.opts.Dir, KubeletSocketName), s.name, filepath.Base(s.socket))
-	m.metrics.registrations.WithLabelValues(s.name, result(err == nil, "ok", "failed")).Inc()
-	if err != nil {
-		m.opts.Log.Info("Kubelet registration pending", "resource", s.name, "reason", err.Error())
-		return false
-	}
-	s.mu.Lock()
-	s.regKey = key
-	s.mu.Unlock()
-	m.opts.Log.Info("Registered with the kubelet", "resource", s.name, "socket", s.socket)
-	return true
-}
-
-// Register calls the kubelet's Registration service.
-func Register(ctx context.Context, kubeletSocket, resource, endpoint string) error {
-	if _, err := os.Stat(kubeletSocket); err != nil {
-		return fmt.Errorf("kubelet socket %s: %w", kubeletSocket, err)
-	}
-	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("dial kubelet %s: %w", kubeletSocket, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: resource,
-		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
-	})
-	if err != nil {
-		return fmt.Errorf("register %s with kubelet %s: %w", resource, kubeletSocket, err)
-	}
-	return nil
 }
 
 func (m *Manager) stopAll() {

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -31,10 +32,14 @@ type server struct {
 	allocate func([]Device) *pluginapi.ContainerAllocateResponse
 	changed  chan struct{} // closed and replaced on every change
 	grpc     *grpc.Server
+	ln       net.Listener // the current listener (tests close it)
+	up       bool         // serving: started, and its listener has not failed
+	startErr error        // why the last start failed, or why serving stopped
 	gen      int          // listener generation, bumped by every start
 	regKey   string       // kubelet instance and generation last registered with
 	streams  atomic.Int32 // open ListAndWatch streams
 	allocs   *prometheus.CounterVec
+	onDown   func() // called when serving stops by itself (the listener failed)
 }
 
 type entry struct {
@@ -42,8 +47,8 @@ type entry struct {
 	healthy bool
 }
 
-func newServer(name, socket string, allocs *prometheus.CounterVec) *server {
-	return &server{name: name, socket: socket, devices: map[string]*entry{}, changed: make(chan struct{}), allocs: allocs}
+func newServer(name, socket string, allocs *prometheus.CounterVec, onDown func()) *server {
+	return &server{name: name, socket: socket, devices: map[string]*entry{}, changed: make(chan struct{}), allocs: allocs, onDown: onDown}
 }
 
 // counts returns how many devices are healthy and unhealthy.
@@ -134,8 +139,20 @@ func (s *server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 	return resp, s.changed
 }
 
-// start listens on the socket (replacing a stale one) and serves.
+// start listens on the socket (replacing a stale one) and serves. When
+// the listener fails later (closed, its socket unusable), the server is
+// down and onDown is called; the manager restarts it.
 func (s *server) start() error {
+	err := s.listen()
+	if err != nil {
+		s.mu.Lock()
+		s.up, s.startErr = false, err
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *server) listen() error {
 	if err := os.Remove(s.socket); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("resource %s: remove stale socket %s: %w", s.name, s.socket, err)
 	}
@@ -146,18 +163,39 @@ func (s *server) start() error {
 	g := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
-	s.grpc = g
+	s.grpc, s.ln, s.up, s.startErr = g, ln, true, nil
 	s.gen++
 	s.mu.Unlock()
-	go func() { _ = g.Serve(ln) }()
+	go func() {
+		err := g.Serve(ln)
+		s.mu.Lock()
+		mine := s.grpc == g // not stopped or replaced on purpose
+		if mine {
+			if err == nil {
+				err = errors.New("stopped serving")
+			}
+			s.up, s.startErr = false, fmt.Errorf("resource %s: serving on %s: %w", s.name, s.socket, err)
+		}
+		s.mu.Unlock()
+		if mine && s.onDown != nil {
+			s.onDown()
+		}
+	}()
 	return nil
+}
+
+// serving reports whether the server is up, and why not.
+func (s *server) serving() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up, s.startErr
 }
 
 // stop ends the server and every ListAndWatch stream.
 func (s *server) stop() {
 	s.mu.Lock()
 	g := s.grpc
-	s.grpc = nil
+	s.grpc, s.ln, s.up = nil, nil, false
 	s.mu.Unlock()
 	if g != nil {
 		g.Stop()

@@ -104,10 +104,18 @@ func (c *Common) Serve(ctx context.Context, env *shell.Env, h *host.Host, p Plug
 		return err
 	}
 	env.AddReady("device-plugin", func() (bool, any) {
-		report := map[string]any{"resources": m.Resources(), "scans": m.Scans()}
-		ok := true
+		// The manager's state now (never latched): every server serving
+		// and registered with the kubelet now there.
+		health := m.Health()
+		report := map[string]any{"resources": m.Resources(), "scans": health.Scans, "servers": health.Servers}
+		if health.ScanError != "" {
+			report["scanError"] = health.ScanError
+		}
+		ok := health.Ready
 		if p.Health != nil {
-			report["preflight"], ok = p.Health()
+			var pre bool
+			report["preflight"], pre = p.Health()
+			ok = ok && pre
 		}
 		return ok, report
 	})
