@@ -42,9 +42,15 @@ func (c Checkpoint) Lookup(podUID, container string) (Allocation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet device checkpoint: %w", err)
 	}
+	return lookupCheckpoint(c.Path, b, podUID, container)
+}
+
+// lookupCheckpoint finds a container's allocation in checkpoint content
+// (path names it in errors).
+func lookupCheckpoint(path string, b []byte, podUID, container string) (Allocation, error) {
 	var f checkpointFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("kubelet device checkpoint %s: %w", c.Path, err)
+		return nil, fmt.Errorf("kubelet device checkpoint %s: %w", path, err)
 	}
 	out := Allocation{}
 	for _, e := range f.Data.PodDeviceEntries {
@@ -53,7 +59,7 @@ func (c Checkpoint) Lookup(podUID, container string) (Allocation, error) {
 		}
 		ids, err := deviceIDs(e.DeviceIDs)
 		if err != nil {
-			return nil, fmt.Errorf("kubelet device checkpoint %s: pod %s container %s resource %s: %w", c.Path, podUID, container, e.ResourceName, err)
+			return nil, fmt.Errorf("kubelet device checkpoint %s: pod %s container %s resource %s: %w", path, podUID, container, e.ResourceName, err)
 		}
 		out[e.ResourceName] = append(out[e.ResourceName], ids...)
 	}
