@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -43,7 +45,10 @@ func waitPodReady(ctx context.Context, c *cluster.Cluster, selector string, with
 		}
 		p := pods.Items[0]
 		name = p.Name
-		return p.Spec.NodeName == c.NodeName() && cluster.PodRunning(&p) && p.DeletionTimestamp == nil, nil
+		if p.Spec.NodeName != c.NodeName() || !cluster.PodRunning(&p) || p.DeletionTimestamp != nil {
+			return false, fmt.Errorf("pod %s on node %q: phase %s, not ready", p.Name, p.Spec.NodeName, p.Status.Phase)
+		}
+		return true, nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("pod %s in %s Ready: %w%s", selector, operandNamespace, err, describePods(c, last))
@@ -68,6 +73,28 @@ func restarts(ctx context.Context, c *cluster.Cluster) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// savePodLogs writes the log of every container of the product's pods to dir/pod-<pod>-<container>.log
+// (the kubelet deletes a pod's logs with the pod).
+func savePodLogs(ctx context.Context, c *cluster.Cluster, dir string) error {
+	pods, err := c.Client.CoreV1().Pods(operandNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list pods in %s: %w", operandNamespace, err)
+	}
+	for _, p := range pods.Items {
+		for _, ctr := range p.Spec.Containers {
+			logs, err := c.PodLogs(ctx, p.Namespace, p.Name, ctr.Name)
+			if err != nil {
+				return err
+			}
+			f := filepath.Join(dir, "pod-"+p.Name+"-"+ctr.Name+".log")
+			if err := os.WriteFile(f, []byte(logs), 0o644); err != nil {
+				return fmt.Errorf("save the log of %s/%s: %w", p.Name, ctr.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // waitOperandReady waits for the operand's DaemonSet pod on the node (label

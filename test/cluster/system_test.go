@@ -71,6 +71,9 @@ func TestSandboxGPU(t *testing.T) {
 	step("vm-passthrough", func(t *testing.T) { vmPassthrough(ctx, t, c, n) })
 	step("kata", func(t *testing.T) { kataMode(ctx, t, c, n, rel) })
 	step("uninstall", func(t *testing.T) {
+		if dir := os.Getenv(logsEnv); dir != "" {
+			require.NoError(t, savePodLogs(ctx, c, dir), "the product's pod logs into %s", dir)
+		}
 		require.NoError(t, rel.uninstall())
 		var left []string
 		require.NoError(t, pollTrue(ctx, operandWithin, func() (bool, error) {

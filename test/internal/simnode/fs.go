@@ -19,31 +19,34 @@ import (
 // write's effect) before the write(2) returns, and that truncation is ignored, as sysfs ignores it.
 // Reads, symbolic links and folder listings pass through.
 type sysNode struct {
-	fs.LoopbackNode
+	*fs.LoopbackNode
 	kernel *hostsim.Kernel
 }
 
 var (
-	_ fs.NodeOpener    = (*sysNode)(nil)
-	_ fs.NodeWriter    = (*sysNode)(nil)
-	_ fs.NodeWritever  = (*sysNode)(nil)
-	_ fs.NodeSetattrer = (*sysNode)(nil)
-	_ fs.NodeCreater   = (*sysNode)(nil)
+	_ fs.NodeOpener      = (*sysNode)(nil)
+	_ fs.NodeWriter      = (*sysNode)(nil)
+	_ fs.NodeWritever    = (*sysNode)(nil)
+	_ fs.NodeSetattrer   = (*sysNode)(nil)
+	_ fs.NodeCreater     = (*sysNode)(nil)
+	_ fs.NodeWrapChilder = (*sysNode)(nil)
 )
 
 // newRoot is the root of a loopback over backing whose nodes are sysNodes.
 func newRoot(backing string, k *hostsim.Kernel) (fs.InodeEmbedder, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(backing, &st); err != nil {
-		return nil, fmt.Errorf("simnode: stat %s: %w", backing, err)
+	root, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		return nil, fmt.Errorf("simnode: loopback over %s: %w", backing, err)
 	}
-	r := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
-	r.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
-		return &sysNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, kernel: k}
-	}
-	root := r.NewNode(r, nil, "", &st)
-	r.RootNode = root
-	return root, nil
+	lb := root.(*fs.LoopbackNode)
+	n := &sysNode{LoopbackNode: lb, kernel: k}
+	lb.RootData.RootNode = n
+	return n, nil
+}
+
+// WrapChild makes every node a sysNode.
+func (n *sysNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	return &sysNode{LoopbackNode: ops.(*fs.LoopbackNode), kernel: n.kernel}
 }
 
 // backing is the node's path in the backing tree: the path the simulated kernel knows.
