@@ -59,6 +59,11 @@ func ReadReadyFile(path string) (*ReadyReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseReadyReport(path, b)
+}
+
+// ParseReadyReport parses a readiness file's content; errors name path.
+func ParseReadyReport(path string, b []byte) (*ReadyReport, error) {
 	var r ReadyReport
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
