@@ -4,17 +4,24 @@
 // TestMain and torn down after the last test, with the host checked against a snapshot taken
 // before. The parts come from hack/fetch-cluster.sh (`make test-deps`); it needs root.
 //
-// Missing parts (or not being root) fail every test, saying how to install them (make test-deps);
-// only the house-wide SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI (testutil.MissingPeer) makes them
-// skip instead. A cluster that fails to come up fails the run.
+// The node is a simulated GPU host (test/internal/simnode: hostsim's "a10" fixture, its sys/ served
+// over FUSE in the node's mount namespace, so the operands' sysfs writes take effect), and the
+// project's images (bin/images/*.tar, from `make images`) are imported into containerd: TestSandboxGPU
+// installs the Helm chart on it and takes the node through its configs (system_test.go).
 //
-// SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR. SANDBOX_GPU_CLUSTER_HOLD=1 keeps
+// Missing parts (or not being root) fail every test, saying how to install them (make test-deps);
+// missing images or FUSE fail the tests that need them (make images). Only the house-wide
+// SANDBOX_GPU_SKIP_MISSING_PEERS=1 outside CI (testutil.MissingPeer) makes them skip instead. A
+// cluster or simulated host that fails to come up fails the run.
+//
+// SANDBOX_GPU_CLUSTER_LOGS=DIR keeps the components' logs in DIR, and the product's pod logs. SANDBOX_GPU_CLUSTER_HOLD=1 keeps
 // the cluster up after the tests until SIGINT or SIGTERM, printing its kubeconfig (run go test with
 // -timeout 0).
 package cluster
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -120,17 +127,17 @@ func teardown() error {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := shared.Stop(ctx); err != nil {
+		err := shared.Stop(ctx)
+		// The node's namespace and its containers are gone, and the simulated host's mount with
+		// them: the FUSE server ends (Close also detaches the mount where the namespace is left).
+		if node != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = errors.Join(err, node.Close(closeCtx))
+		}
+		if err != nil {
 			teardownErr = err
 			return
-		}
-		// The node's namespace and its containers are gone, and the simulated host's mount with
-		// them: the server ends.
-		if node != nil {
-			if err := node.Close(ctx); err != nil {
-				teardownErr = err
-				return
-			}
 		}
 		teardownErr = shared.VerifyHostRestored()
 		fmt.Fprintf(os.Stderr, "cluster: torn down and host checked in %v\n", time.Since(start).Round(time.Millisecond))

@@ -4,12 +4,15 @@
 // (FindAssets says what is missing and how to get it).
 //
 // Every component has its own ports and its own files under one short work folder and writes its
-// own pid file. containerd and the kubelet run in a private mount namespace in which the work
-// folder's var-lib and var-log are mounted over /var/lib and /var/log, so the kubelet's fixed paths
-// (the device-plugin socket /var/lib/kubelet/device-plugins/kubelet.sock, /var/log/containers) and
-// /var/lib/cni are the work folder's; HostPath translates a node path to the host's. Paths handed
-// to pods (hostPath volumes, simulated device trees) must not lie under /var/lib or /var/log unless
-// they are meant to be the node's.
+// own pid file. containerd and the kubelet run in a private mount namespace (NodeNamespace) in
+// which folders of the work folder are mounted over /var/lib, /var/log, /run/sandbox-gpu, /run/nri,
+// /run/cdi and /etc/cdi (nodedirs.go), so the kubelet's fixed paths (the device-plugin socket
+// /var/lib/kubelet/device-plugins/kubelet.sock, /var/log/containers), /var/lib/cni, containerd's
+// NRI socket and CDI folders and what operands share through hostPath volumes are the work
+// folder's; HostPath translates a node path to the host's. Paths handed to pods (hostPath volumes,
+// simulated device trees) must not lie under those folders unless they are meant to be the node's.
+// Mounts made in NodeNamespace later (a simulated sysfs, test/internal/simnode) reach every
+// container started after them, and nothing on the host.
 //
 // Stop kills every process the cluster started and restores what the kubelet and the CNI plugins
 // change on the host (kernel tunables, kubepods cgroups, iptables chains, the bridge, the kubelet's
