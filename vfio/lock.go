@@ -2,45 +2,14 @@ package vfio
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 )
 
 // AcquireLock takes a host-wide exclusive lock (flock) on path, waiting
 // until ctx ends. It serialises changes between processes on one node:
-// the CLI, the daemon, and an old and a new daemon pod during an update.
+// the CLI, the daemon, its release mode, and an old and a new daemon pod
+// during an update.
 func AcquireLock(ctx context.Context, path string) (release func(), err error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s: held by another process: %w", path, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return hostlock.Acquire(ctx, path)
 }

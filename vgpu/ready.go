@@ -32,6 +32,9 @@ type ReadyReport struct {
 	GPUs    []ReadyGPU `json:"gpus"`
 	Refused []Refusal  `json:"refused"`
 	Error   string     `json:"error,omitempty"`
+	// Release: the report of a release (run --release), never written to
+	// the ready file.
+	Release bool `json:"release,omitempty"`
 }
 
 // ReadyGPU is one GPU's vGPUs in the ready file.

@@ -14,11 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 )
 
 // RunOptions configure Run.
@@ -43,9 +46,19 @@ type RunOptions struct {
 	// yet), so a VM that exits is followed within seconds, not a resync
 	// (default 10s; never longer than Resync).
 	Retry time.Duration
-	Log    logr.Logger
+	Log   logr.Logger
 	// Observe, when set, gets the ready report after every pass.
 	Observe func(ReadyReport)
+	// LockFile, when set, is the host-wide lock (names.VGPULockFile in the
+	// run dir): each pass holds it; a release holds it for its life.
+	LockFile string
+	// Release runs the release instead of a config (a node leaving
+	// vm-vgpu): every vGPU removed and every GPU's VFs disabled, never one
+	// in use; no config is read, the nvidia.com/vgpu.config.state label is
+	// left alone (the operator removes it), the ready file of the config
+	// that is left is removed, and the report goes to the Node's
+	// names.ReleaseReportAnnotation(vgpu-device-manager) annotation.
+	Release bool
 }
 
 // Run keeps the node's vGPUs as its selected config says until ctx ends.
@@ -65,7 +78,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return errors.New("vgpu run: no Kubernetes client")
 	case o.Host == nil:
 		return errors.New("vgpu run: no host")
-	case o.ConfigFile == "":
+	case o.ConfigFile == "" && !o.Release:
 		return errors.New("vgpu run: no config file")
 	case o.RunDir == "":
 		return errors.New("vgpu run: no run folder")
@@ -84,6 +97,13 @@ func Run(ctx context.Context, o RunOptions) error {
 		return fmt.Errorf("vgpu run: %w", err)
 	}
 	r := &runner{o: o, stale: map[string]bool{}}
+	if o.Release {
+		r.publisher = &nodereport.Publisher{Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager),
+			Patch: func(ctx context.Context, node string, patch []byte) error {
+				_, err := o.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
+			}}
+	}
 	lw := cache.NewListWatchFromClient(o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", o.NodeName))
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
@@ -118,13 +138,32 @@ func Run(ctx context.Context, o RunOptions) error {
 		n, ok := obj.(*corev1.Node)
 		return n, ok
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("fsnotify: %w", err)
+	var configEvents <-chan fsnotify.Event
+	var configErrs <-chan error
+	if !o.Release {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			return fmt.Errorf("fsnotify: %w", err)
+		}
+		defer w.Close()
+		if err := w.Add(filepath.Dir(o.ConfigFile)); err != nil {
+			return fmt.Errorf("watch %s: %w", filepath.Dir(o.ConfigFile), err)
+		}
+		configEvents, configErrs = w.Events, w.Errors
 	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(o.ConfigFile)); err != nil {
-		return fmt.Errorf("watch %s: %w", filepath.Dir(o.ConfigFile), err)
+	if o.Release && o.LockFile != "" {
+		// A release holds the lock for its life: the device manager of the
+		// config being left (an old pod still terminating) cannot create
+		// vGPUs again meanwhile.
+		unlock, err := hostlock.Acquire(ctx, o.LockFile)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("vgpu run: %w", err)
+		}
+		defer unlock()
+		r.locked = true
 	}
 	tick := time.NewTicker(o.Resync)
 	defer tick.Stop()
@@ -138,8 +177,8 @@ func Run(ctx context.Context, o RunOptions) error {
 		case <-kick:
 		case <-tick.C:
 		case <-retry.C:
-		case <-w.Events:
-		case err := <-w.Errors:
+		case <-configEvents:
+		case err := <-configErrs:
 			o.Log.Error(err, "Config file watch failed; applying anyway", "file", o.ConfigFile)
 		}
 		if r.pass(ctx) == StateFailed {
@@ -163,12 +202,27 @@ type runner struct {
 	// lastEvent is the reason and message of the last event, so a
 	// repeated failure is not reported again.
 	lastEvent string
+	// publisher writes a release's report on the Node (release only).
+	publisher *nodereport.Publisher
+	// locked: the release holds the host lock for its life.
+	locked bool
 }
 
 // pass applies the selected config once and reports the outcome.
 // pass applies the selected config once and returns the state it left
 // ("" when the Node is not there yet).
 func (r *runner) pass(ctx context.Context) (state string) {
+	if r.o.LockFile != "" && !r.locked {
+		unlock, err := hostlock.Acquire(ctx, r.o.LockFile)
+		if err != nil {
+			r.o.Log.Error(err, "Cannot take the host lock; not applying")
+			return StateFailed
+		}
+		defer unlock()
+	}
+	if r.o.Release {
+		return r.releasePass(ctx)
+	}
 	node, ok := r.node()
 	if !ok {
 		r.o.Log.Info("Node not found; waiting for it", "node", r.o.NodeName)
@@ -232,7 +286,14 @@ func (r *runner) finish(rep *ReadyReport) {
 	if rep.GPUs == nil {
 		rep.GPUs = []ReadyGPU{}
 	}
-	if err := writeReady(filepath.Join(r.o.RunDir, names.VGPUReadyFile), *rep); err != nil {
+	ready := filepath.Join(r.o.RunDir, names.VGPUReadyFile)
+	if r.o.Release {
+		// The report of the config being left is stale: the validator of a
+		// later vm-vgpu config must not take it for its own.
+		if err := os.Remove(ready); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			r.o.Log.Error(err, "Cannot remove the ready file", "file", ready)
+		}
+	} else if err := writeReady(ready, *rep); err != nil {
 		r.o.Log.Error(err, "Cannot write the ready file")
 	}
 	r.o.Log.V(1).Info("Applied", "node", r.o.NodeName, "config", rep.Config, "state", rep.State, "refused", len(rep.Refused), "error", rep.Error)

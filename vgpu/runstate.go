@@ -19,6 +19,11 @@ const (
 	EventRefused       = "VGPUConfigRefused" // Warning: a GPU refused ("in use: ...") or failed
 	EventFailed        = "VGPUConfigFailed"  // Warning: the host could not be read
 	EventApplied       = "VGPUConfigApplied" // Normal: vGPUs were changed as the config says
+	// EventReleaseRefused (Warning): a release left a GPU alone (a vGPU in
+	// use) or failed on it.
+	EventReleaseRefused = "VGPUReleaseRefused"
+	// EventReleased (Normal): a release removed the node's vGPUs and VFs.
+	EventReleased = "VGPUReleased"
 )
 
 // eventComponent is the events' source.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -180,7 +181,8 @@ func runCommand() *shell.Command {
 	var c common
 	var kubeconfig, def string
 	var resync, retry time.Duration
-	return &shell.Command{Name: "run", Synopsis: "--config FILE --node-name NODE [--default NAME] [--kubeconfig FILE]",
+	var release bool
+	return &shell.Command{Name: "run", Synopsis: "(--config FILE | --release) --node-name NODE [--default NAME] [--kubeconfig FILE]",
 		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
 		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
@@ -189,9 +191,15 @@ func runCommand() *shell.Command {
 			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
 			fs.DurationVar(&retry, "retry", 10*time.Second, "apply again this soon after a pass left the node failed (a vGPU in use, the host driver not up yet)")
+			fs.BoolVar(&release, "release", false, "remove every vGPU and disable every GPU's SR-IOV VFs, never one in use, holding the host lock while "+
+				"running (a node leaving vm-vgpu); ready once none is left; the report goes to the Node's "+
+				names.ReleaseReportAnnotation(names.VGPUDeviceManager)+" annotation")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
-			if c.config == "" {
+			switch {
+			case release && c.config != "":
+				return shell.Usagef("run: --release reads no config: it removes every vGPU")
+			case !release && c.config == "":
 				return shell.Usagef("run: --config FILE is required (the vGPU config the node's label selects from)")
 			}
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -212,6 +220,6 @@ func runCommand() *shell.Command {
 			st := newStatus(env)
 			return vgpu.Run(ctx, vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
 				Host: host.New(env.HostOptions()), RunDir: c.runDir, Allocated: alloc, Resync: resync, Retry: retry, Log: env.Log,
-				Observe: st.observe})
+				Observe: st.observe, Release: release, LockFile: filepath.Join(c.runDir, names.VGPULockFile)})
 		}}
 }

@@ -103,6 +103,8 @@ func TestBadUsageAndConfigErrorsExitOne(t *testing.T) {
 		"bad output":     {[]string{"plan", "--selected", "A10-4Q", "--output", "yaml"}, []string{"yaml"}},
 		"too many":       {[]string{"plan", "--config", writeConfig(t, `{"A10-4Q": 7}`), "--selected", "mine"}, []string{"A10-4Q", "0000:3b:00.0"}},
 		"wrong type":     {[]string{"plan", "--config", writeConfig(t, `{"L40S-12Q": 1}`), "--selected", "mine"}, []string{"L40S-12Q", "A10-4Q"}},
+		"run no config":  {[]string{"run", "--node-name", "n"}, []string{"--config FILE is required"}},
+		"release config": {[]string{"run", "--release", "--config", bad, "--node-name", "n"}, []string{"--release reads no config"}},
 	}
 	for name, c := range cases {
 		code, _, errOut := s.run(t, c.args...)
