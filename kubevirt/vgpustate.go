@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 )
 
 // VGPUState is what the plugin reads of the vGPU device manager, through
@@ -41,6 +44,14 @@ func (v VGPUState) TypeNames() map[int]string {
 	if errors.Is(err, fs.ErrNotExist) || err != nil {
 		return out
 	}
+	return parseTypeNames(b)
+}
+
+// parseTypeNames reads the gpus[].typeIds of the vGPU device manager's
+// report; a report that does not parse names nothing, and an entry whose
+// name is no valid resource name is left out.
+func parseTypeNames(b []byte) map[int]string {
+	out := map[int]string{}
 	var report struct {
 		GPUs []struct {
 			TypeIDs map[string]string `json:"typeIds"`
@@ -51,9 +62,14 @@ func (v VGPUState) TypeNames() map[int]string {
 	}
 	for _, g := range report.GPUs {
 		for id, short := range g.TypeIDs {
-			if n, err := strconv.Atoi(id); err == nil && n > 0 && short != "" {
-				out[n] = "NVIDIA " + short
+			n, err := strconv.Atoi(id)
+			name := "NVIDIA " + short
+			// A name the kubelet would refuse as a resource ("A10/../4Q",
+			// over 63 characters) names nothing: sysfs's lists decide.
+			if err != nil || n <= 0 || short == "" || gpuname.ValidResourceName(strings.TrimPrefix(TypeResource(name), ResourcePrefix)) != nil {
+				continue
 			}
+			out[n] = name
 		}
 	}
 	return out
