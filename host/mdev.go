@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Mdev is a mediated device (an mdev vGPU) as sysfs shows it under
@@ -136,9 +137,16 @@ func ParseVGPUTypes(text string) (map[int]string, error) {
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("line %d: invalid vGPU type id %q", line, strings.TrimSpace(id))
 		}
-		out[n] = strings.TrimSpace(name)
+		name = strings.TrimSpace(name)
+		if strings.ContainsFunc(name, unicode.IsControl) {
+			return nil, fmt.Errorf("line %d: vGPU type name %q has control characters", line, name)
+		}
+		out[n] = name
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", line+1, err)
+	}
+	return out, nil
 }
 
 // StillOnVFIO is the cheap check a device plugin makes at Allocate time:
