@@ -87,7 +87,8 @@ const (
 
 // Operands lists every operand the operator manages.
 func Operands() []string {
-	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager, GPUDiscovery}
+	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager, GPUDiscovery,
+		ReleaseOperand(VFIOManager), ReleaseOperand(VGPUDeviceManager)}
 }
 
 // DeployLabel is the node label that selects an operand's DaemonSet.

@@ -18,6 +18,7 @@ const (
 	MetricGPUNodes           = "sandbox_gpu_operator_gpu_nodes"
 	MetricTransitionSeconds  = "sandbox_gpu_operator_config_transition_duration_seconds"
 	MetricReconcileErrors    = "sandbox_gpu_operator_reconcile_errors_total"
+	MetricReleases           = "sandbox_gpu_operator_releases_total"
 	noConfig                 = "none" // the from label of a new node's first config
 	transitionBucketsMinimum = 1.0    // seconds: status times have a second's resolution
 )
@@ -28,6 +29,7 @@ type Metrics struct {
 	nodes       *prometheus.GaugeVec
 	transitions *prometheus.HistogramVec
 	errors      *prometheus.CounterVec
+	releases    *prometheus.CounterVec
 
 	mu     sync.Mutex
 	byNode map[string]nodeKey // what each node counts under in nodes
@@ -53,10 +55,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReconcileErrors,
 			Help: "Reconciles that ended in an error, by controller."},
 			[]string{"controller"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReleases,
+			Help: "Releases of a config's host state by operand (vfio-manager, vgpu-device-manager) and result: done, refused (a GPU or vGPU in use, once per reason), timed_out."},
+			[]string{"operand", "result"}),
 		byNode: map[string]nodeKey{},
 		counts: map[nodeKey]int{},
 	}
-	for _, c := range []prometheus.Collector{m.nodes, m.transitions, m.errors} {
+	for _, c := range []prometheus.Collector{m.nodes, m.transitions, m.errors, m.releases} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the operator's metrics: %w", err)
 		}
@@ -122,6 +127,21 @@ func (m *Metrics) transitionDone(from, to string, d time.Duration) {
 		from = noConfig
 	}
 	m.transitions.WithLabelValues(from, to).Observe(d.Seconds())
+}
+
+// Results of a release (the result label of MetricReleases).
+const (
+	releaseDone     = "done"
+	releaseRefused  = "refused"
+	releaseTimedOut = "timed_out"
+)
+
+// released counts a step of a release of operand's host state.
+func (m *Metrics) released(operand, result string) {
+	if m == nil {
+		return
+	}
+	m.releases.WithLabelValues(operand, result).Inc()
 }
 
 // countErrors wraps a controller's reconciler so that its errors are

@@ -4,6 +4,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +63,8 @@ type NodeReconciler struct {
 
 	// fence holds back reconciles of a state older than the last write.
 	fence cacheFence
+	// slots bounds the nodes changing config at once.
+	slots transitionSlots
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -85,7 +89,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}). // nodes are independent
 		For(&corev1.Node{}, builder.WithPredicates(gpuNodes)).
 		// A node's state has the node's name (the policy controls it).
-		Watches(&v1alpha1.SandboxGPUNode{}, handler.EnqueueRequestsFromMapFunc(sameName)).
+		// (and a state that changes may free a transition slot).
+		Watches(&v1alpha1.SandboxGPUNode{}, handler.EnqueueRequestsFromMapFunc(r.slotWaiters)).
 		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGPUNodes)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode)).
 		Complete(r.Metrics.countErrors(nodeControllerName, r))
@@ -134,6 +139,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			// the operator was down).
 			r.Metrics.forgetNode(req.Name)
 			r.fence.forget(req.Name)
+			r.slots.forget(req.Name)
 			st := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: req.Name}}
 			if err := r.Delete(ctx, st); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("node %s: remove the state of a deleted node: %w", req.Name, err)
@@ -216,83 +222,92 @@ func (r *NodeReconciler) setState(st *v1alpha1.SandboxGPUNode, state string) boo
 
 // step runs one phase of the node's state machine and says, in a sentence,
 // what it waits for. What it reports (events, a completed transition) goes
-// to rep.
+// to rep. A change of config goes pending (waiting for a transition slot)
+// → draining (node_drain.go) → releasing (node_release.go) → configuring
+// → ready (node_configure.go); a policy being deleted releases the node
+// instead (node_uninstall.go).
 func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string, rep *nodeReport) (ctrl.Result, string, error) {
+	if !p.DeletionTimestamp.IsZero() {
+		return r.uninstall(ctx, node, p, st, rep)
+	}
 	if why := workload.Unsupported(desired, p); why != "" {
 		return r.unsupported(ctx, node, p, st, desired, why, rep)
 	}
 	applied := st.Status.AppliedConfig
 	if applied == desired {
 		dropAbandonedTransition(st)
-	} else {
-		started := beginTransition(st, applied, desired, r.Now())
-		if applied != "" {
-			// A failed drain stays failed until its GPU pods are gone; a
-			// newer config starts a new drain.
-			if started || st.Status.State != v1alpha1.StateFailed {
-				r.setState(st, v1alpha1.StateDraining)
-			}
-			holders, err := r.gpuHolders(ctx, node.Name, applied)
-			if err != nil {
-				return ctrl.Result{}, "", err
-			}
-			if started {
-				rep.configChanged(applied, desired, holders, p.Spec.Drain.Evict)
-			}
-			if len(holders) > 0 {
-				return r.drain(ctx, node, p, st, holders, applied, desired, rep)
-			}
+		r.slots.forget(node.Name)
+		return r.configure(ctx, node, p, st, desired, rep)
+	}
+	started := beginTransition(st, applied, desired, r.Now())
+	if applied == "" {
+		return r.configure(ctx, node, p, st, desired, rep) // a new node: nothing to drain or release
+	}
+	if started || !inRelease(st) {
+		queued, msg, err := r.waitForSlot(ctx, node, p, st, rep)
+		if err != nil || queued {
+			return ctrl.Result{RequeueAfter: 12 * r.Requeue}, msg, err
+		}
+		// A failed drain stays failed until its GPU pods are gone; a
+		// newer config starts a new drain.
+		announce := started
+		if started || st.Status.State != v1alpha1.StateFailed {
+			announce = r.setState(st, v1alpha1.StateDraining) || announce
+		}
+		holders, err := r.gpuHolders(ctx, node.Name, applied)
+		if err != nil {
+			return ctrl.Result{}, "", err
+		}
+		if announce {
+			rep.configChanged(applied, desired, holders, p.Spec.Drain.Evict)
+		}
+		if len(holders) > 0 {
+			return r.drain(ctx, node, p, st, holders, applied, desired, rep)
 		}
 	}
-	want := workload.Operands(desired, p)
-	ready, err := r.readyOperands(ctx, node.Name)
-	if err != nil {
-		return ctrl.Result{}, "", err
-	}
-	// An operand whose prerequisite is not ready yet (the vGPU device
-	// manager, the vGPU host driver) is labelled once it is.
-	labelled := map[string]bool{}
-	for _, o := range want {
-		labelled[o] = node.Labels[names.DeployLabel(o)] == "true"
-	}
-	if err := r.ensureLabels(ctx, node, workload.Staged(want, ready, labelled)); err != nil {
-		return ctrl.Result{}, "", err
-	}
-	if st.Status.AppliedConfig != desired {
-		st.Status.AppliedConfig = desired
-		r.setState(st, v1alpha1.StateConfiguring)
-		rep.configuring(applied, desired, want)
-	}
-	var notReady []string
-	for _, o := range want {
-		if !ready[o] {
-			notReady = append(notReady, o)
+	if rel := workload.ReleaseOperand(applied, p); rel != "" {
+		res, msg, done, err := r.release(ctx, node, p, st, applied, desired, rel, rep)
+		if err != nil || !done {
+			return res, msg, err
 		}
 	}
-	if len(notReady) > 0 {
-		was := st.Status.State
-		if r.setState(st, v1alpha1.StateConfiguring) {
-			rep.operandsNotReady(desired, notReady, was == v1alpha1.StateReady)
-		}
-		// Operand pods are watched: their readiness wakes the node. The
-		// requeue is only a safety net, slow so that thousands of nodes
-		// waiting for operands do not keep the queue busy.
-		return ctrl.Result{RequeueAfter: 12 * r.Requeue}, fmt.Sprintf("Configuring %s: waiting for operands to be ready: %s.", desired, nameList(notReady)), nil
-	}
-	if r.setState(st, v1alpha1.StateReady) {
-		rep.ready(desired, completeTransition(st, r.Now()))
-	}
-	return ctrl.Result{}, "", nil
+	return r.configure(ctx, node, p, st, desired, rep)
 }
 
 // ensureLabels sets the node's deploy labels, writing only on change.
 func (r *NodeReconciler) ensureLabels(ctx context.Context, node *corev1.Node, operands []string) error {
-	labels, changed := workload.DeployLabels(node.Labels, operands)
+	return r.ensureNode(ctx, node, operands, nil, false)
+}
+
+// ensureNode sets the node's deploy labels (deploy) and release labels
+// (release) in one write, removes the release reports of releases no
+// longer running and, with dropVGPUState, the vGPU device manager's
+// nvidia.com/vgpu.config.state label (the node left vm-vgpu); it writes
+// only on change.
+func (r *NodeReconciler) ensureNode(ctx context.Context, node *corev1.Node, deploy, release []string, dropVGPUState bool) error {
+	labels, changed := workload.NodeLabels(node.Labels, deploy, release)
+	if _, ok := labels[names.VGPUConfigStateLabel]; ok && dropVGPUState {
+		delete(labels, names.VGPUConfigStateLabel)
+		changed = true
+	}
+	var annotations map[string]string
+	for k := range node.Annotations {
+		if op, ok := strings.CutPrefix(k, names.ReleaseReportPrefix); ok && !slices.Contains(release, op) {
+			if annotations == nil {
+				annotations = maps.Clone(node.Annotations)
+			}
+			delete(annotations, k)
+			changed = true
+		}
+	}
 	if !changed {
 		return nil
 	}
 	patch := client.MergeFrom(node.DeepCopy()) // removed labels become null in the patch
 	node.Labels = labels
+	if annotations != nil {
+		node.Annotations = annotations
+	}
 	if err := r.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("node %s: set deploy labels: %w", node.Name, err)
 	}
@@ -307,6 +322,9 @@ func (r *NodeReconciler) readyOperands(ctx context.Context, node string) (map[st
 	}
 	ready := map[string]bool{}
 	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue // on its way out: its operand is stopping
+		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 				ready[p.Labels[names.OperandLabel]] = true
@@ -339,19 +357,25 @@ func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {
 }
 
 // TrimNode is a cache transform: the operator reads a Node's labels,
-// resource capacity and published permittedHostDevices only, so images, conditions, addresses and managed
-// fields are dropped before caching (most of a Node's size on big hosts).
+// resource capacity, published permittedHostDevices and release reports
+// only, so images, conditions, addresses and managed fields are dropped
+// before caching (most of a Node's size on big hosts).
 func TrimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	if v, ok := n.Annotations[names.PermittedAnnotation]; ok {
-		n.Annotations = map[string]string{names.PermittedAnnotation: v}
-	} else {
-		n.Annotations = nil
+	var kept map[string]string
+	for k, v := range n.Annotations {
+		if k == names.PermittedAnnotation || strings.HasPrefix(k, names.ReleaseReportPrefix) {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
 	}
+	n.Annotations = kept
 	n.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable}
 	return n, nil
 }

@@ -14,8 +14,15 @@ import (
 const (
 	ReasonPending       = "Pending"
 	ReasonDraining      = "Draining"
+	ReasonReleasing     = "Releasing"
 	ReasonConfiguring   = "Configuring"
 	ReasonDrainTimedOut = "DrainTimedOut"
+	// ReasonReleaseTimedOut: the release of the config left (a GPU or vGPU
+	// in use) did not finish within the policy's drain timeout.
+	ReasonReleaseTimedOut = "ReleaseTimedOut"
+	// ReasonReleased: the policy is being deleted and the node's GPUs are
+	// returned.
+	ReasonReleased      = "Released"
 	ReasonOperandsReady = "OperandsReady"
 	ReasonConfigApplied = "ConfigApplied"
 	ReasonAsExpected    = "AsExpected"
@@ -26,6 +33,7 @@ const (
 var stepReasons = map[string]string{
 	v1alpha1.StatePending:     ReasonPending,
 	v1alpha1.StateDraining:    ReasonDraining,
+	v1alpha1.StateReleasing:   ReasonReleasing,
 	v1alpha1.StateConfiguring: ReasonConfiguring,
 }
 
@@ -33,8 +41,9 @@ var stepReasons = map[string]string{
 // state machine reached:
 //
 //	ready:                        Ready=True   Progressing=False  Degraded=False
-//	pending, draining, configuring: Ready=False  Progressing=True (reason: the step)  Degraded=False
+//	pending, draining, releasing, configuring: Ready=False  Progressing=True (reason: the step)  Degraded=False
 //	failed:                       Ready=False  Progressing=False  Degraded=True (reason: the cause)
+//	released (uninstall):         Ready=False  Progressing=False  Degraded=False (reason Released)
 //
 // msg is the sentence that explains the state (what a step waits for, what
 // failed); failReason is the cause of a failure, "" to keep the one already
@@ -56,6 +65,10 @@ func setNodeConditions(st *v1alpha1.SandboxGPUNode, msg, failReason string, now 
 	case v1alpha1.StateReady:
 		cond(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonOperandsReady, msg)
 		cond(v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonConfigApplied, sentence("the node runs its desired config "+s.AppliedConfig))
+		notDegraded()
+	case v1alpha1.StateReleased:
+		cond(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonReleased, msg)
+		cond(v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonReleased, msg)
 		notDegraded()
 	case v1alpha1.StateFailed:
 		if failReason == "" {
@@ -86,8 +99,12 @@ func defaultStateMessage(s *v1alpha1.SandboxGPUNodeStatus) string {
 		return sentence("the node runs " + s.AppliedConfig + " and its operands are ready")
 	case v1alpha1.StateDraining:
 		return sentence("the node is draining GPU pods of " + s.AppliedConfig + " before it switches to " + s.WorkloadConfig)
+	case v1alpha1.StateReleasing:
+		return sentence("the node returns the host state of " + s.AppliedConfig + " before it switches to " + s.WorkloadConfig)
 	case v1alpha1.StateConfiguring:
 		return sentence("the node is being configured for " + s.WorkloadConfig)
+	case v1alpha1.StateReleased:
+		return "The policy is being deleted: the node's GPUs are returned to their host drivers and no operand runs there."
 	case v1alpha1.StateFailed:
 		return "The node failed to switch to " + s.WorkloadConfig + "."
 	}

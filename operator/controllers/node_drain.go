@@ -27,10 +27,7 @@ const defaultDrainTimeout = 10 * time.Minute
 // starts a new drain).
 func (r *NodeReconciler) drain(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, holders []corev1.Pod, from, to string, rep *nodeReport) (ctrl.Result, string, error) {
 	pods := nameList(podNames(holders))
-	timeout := defaultDrainTimeout
-	if p.Spec.Drain.Timeout != nil {
-		timeout = p.Spec.Drain.Timeout.Duration
-	}
+	timeout := drainTimeout(p)
 	timedOut := st.Status.Since != nil && r.Now().Sub(st.Status.Since.Time) > timeout
 	if st.Status.State == v1alpha1.StateFailed || timedOut {
 		msg := fmt.Sprintf("The drain from %s to %s timed out after %s with %s still running: %s.", from, to, timeout, plural(len(holders), "GPU pod"), pods)

@@ -3,23 +3,38 @@ package controllers
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
 // Event reasons of the node state machine. Events regard the Node and are
 // related to its SandboxGPUNode (an eviction: to the pod).
 const (
-	EventInvalidConfig    = "InvalidWorkloadConfig"
-	EventConfigChanged    = "ConfigChanged"
-	EventEvicted          = "Evicted"
-	EventEvictionFailed   = "EvictionFailed"
-	EventDrainTimedOut    = "DrainTimedOut"
+	EventInvalidConfig  = "InvalidWorkloadConfig"
+	EventConfigChanged  = "ConfigChanged"
+	EventEvicted        = "Evicted"
+	EventEvictionFailed = "EvictionFailed"
+	EventDrainTimedOut  = "DrainTimedOut"
+	// EventQueued: the node waits for a transition slot.
+	EventQueued = "TransitionQueued"
+	// EventReleasing: the release of the config left started.
+	EventReleasing = "Releasing"
+	// EventReleaseRefused (Warning): the release reports a GPU or vGPU it
+	// must not touch (in use, allocated), once per reason.
+	EventReleaseRefused = "ReleaseRefused"
+	// EventReleaseTimedOut (Warning): the release did not finish within
+	// the drain timeout.
+	EventReleaseTimedOut = "ReleaseTimedOut"
+	// EventReleased: the release is done (an uninstall: the node's GPUs
+	// are returned and its operands gone).
+	EventReleased         = "Released"
 	EventConfiguring      = "Configuring"
 	EventOperandsNotReady = "OperandsNotReady"
 	EventReady            = "Ready"
@@ -69,6 +84,61 @@ func (rep *nodeReport) drainTimedOut(from, to string, timeout time.Duration, hol
 	rep.failReason = ReasonDrainTimedOut
 	rep.add(true, EventDrainTimedOut, "Drain", fmt.Sprintf("Node %s could not switch from %s to %s: the drain timed out after %s with %s still running (%s).",
 		rep.node, from, to, timeout, plural(len(holders), "GPU pod"), nameList(podNames(holders))))
+}
+
+// queued: the config changed, but other nodes hold every transition slot.
+func (rep *nodeReport) queued(from, to string, changing, limit int) {
+	rep.add(false, EventQueued, "Drain", fmt.Sprintf("Node %s waits to switch from %s to %s: %d of %d %s changing (spec.transition.maxUnavailable).",
+		rep.node, from, to, changing, limit, nodesAre(limit)))
+}
+
+// releasing: the operand that made the old config's host state gave way to
+// its release.
+func (rep *nodeReport) releasing(from, to, rel string) {
+	what := "the GPUs go back to their host drivers"
+	if rel == names.VGPUDeviceManager {
+		what = "its vGPUs are removed and the SR-IOV VFs disabled"
+	}
+	if to == "" {
+		rep.add(false, EventReleasing, "Release", fmt.Sprintf("Node %s is being uninstalled: %s leaves, %s (never one in use).", rep.node, from, what))
+		return
+	}
+	rep.add(false, EventReleasing, "Release", fmt.Sprintf("Node %s leaves %s for %s: %s (never one in use) before the operands of %s start.", rep.node, from, to, what, to))
+}
+
+func (rep *nodeReport) releaseRefused(from, rel, why string) {
+	rep.add(true, EventReleaseRefused, "Release", fmt.Sprintf("Node %s cannot return everything %s made yet: %s reports: %s.", rep.node, from,
+		names.ReleaseOperand(rel), strings.TrimRight(why, ".")))
+}
+
+func (rep *nodeReport) releaseTimedOut(from string, timeout time.Duration, rel, why string) {
+	rep.failReason = ReasonReleaseTimedOut
+	note := fmt.Sprintf("Node %s: the release of %s timed out after %s", rep.node, from, timeout)
+	if why != "" {
+		note += ": " + strings.TrimRight(why, ".")
+	}
+	rep.add(true, EventReleaseTimedOut, "Release", note+"; it goes on when the release is done.")
+}
+
+func (rep *nodeReport) released(from, to, rel string) {
+	what := "every GPU is back on its host driver"
+	if rel == names.VGPUDeviceManager {
+		what = "every vGPU is removed and the SR-IOV VFs disabled"
+	}
+	if to == "" {
+		rep.add(false, EventReleased, "Release", fmt.Sprintf("Node %s released %s: %s.", rep.node, from, what))
+		return
+	}
+	rep.add(false, EventReleased, "Release", fmt.Sprintf("Node %s released %s: %s; the operands of %s start.", rep.node, from, what, to))
+}
+
+// uninstalled: the policy is being deleted and nothing of the product is
+// left on the node.
+func (rep *nodeReport) uninstalled(from string) {
+	if from == "" {
+		from = "no config"
+	}
+	rep.add(false, EventReleased, "Uninstall", fmt.Sprintf("Node %s is uninstalled: it ran %s, and no operand or label of sandbox-gpu is left.", rep.node, from))
 }
 
 // configuring: the deploy labels were switched to the new config's operands.

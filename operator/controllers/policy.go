@@ -52,7 +52,8 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r.Metrics.countErrors(policyControllerName, r))
 }
 
-// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies,verbs=get;list;watch
+// The operator adds and removes its finalizer (ReleaseFinalizer).
+// +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=sandbox-gpu.io,resources=sandboxgpupolicies/status,verbs=get;patch
 // The policy owns the operand DaemonSets and node states with
 // blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
@@ -77,14 +78,25 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	// The status is written by a merge patch against this copy (patchStatus),
 	// and not at all when nothing changed.
 	before := p.DeepCopy()
+	// While the policy is being deleted its status says how the release
+	// goes; once every node is released the finalizer goes, after the
+	// status is written.
+	deleting, finalize := !p.DeletionTimestamp.IsZero(), false
 	defer func() {
-		if equality.Semantic.DeepEqual(before.Status, p.Status) {
-			return
+		if !equality.Semantic.DeepEqual(before.Status, p.Status) {
+			if err := patchStatus(ctx, r.Client, &p, before); err != nil && reterr == nil {
+				reterr = fmt.Errorf("policy %s: write status: %w", p.Name, err)
+			}
 		}
-		if err := patchStatus(ctx, r.Client, &p, before); err != nil && reterr == nil {
-			reterr = fmt.Errorf("policy %s: write status: %w", p.Name, err)
+		if finalize && reterr == nil {
+			if err := r.removeFinalizer(ctx, &p); err != nil {
+				reterr = fmt.Errorf("policy %s: %w", p.Name, err)
+			}
 		}
 	}()
+	if err := r.ensureFinalizer(ctx, &p); err != nil {
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
+	}
 	cmErr := r.ensureVGPUConfig(ctx, &p)
 	opts := r.Operands
 	var err error
@@ -96,6 +108,16 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		if err := r.reconcileOperand(ctx, &p, name, opts); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if deleting {
+		if finalize, err = r.uninstallStatus(ctx, &p); err != nil {
+			return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		if len(errs) > 0 {
+			finalize = false
+			return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, errs[0])
+		}
+		return ctrl.Result{}, nil
 	}
 	problems, err := r.checkIntegrations(ctx, &p)
 	if err != nil {

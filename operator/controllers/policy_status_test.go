@@ -124,7 +124,7 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 	degraded := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionDegraded)
 	assert.Equal(t, metav1.ConditionTrue, degraded.Status)
 	assert.Equal(t, `2 of 3 GPU nodes failed: f-1 and f-2. `+
-		`The DaemonSets of gpu-discovery, kata-device-plugin, kubevirt-device-plugin, nri-plugin, validator, vfio-manager and vgpu-device-manager `+
+		`The DaemonSets of gpu-discovery, kata-device-plugin, kubevirt-device-plugin, nri-plugin, validator, vfio-manager, vfio-manager-release, vgpu-device-manager and vgpu-device-manager-release `+
 		`could not be created: namespaces "no-such-namespace" not found.`, degraded.Message)
 	ready := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)

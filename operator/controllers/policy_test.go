@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
 
@@ -36,7 +37,8 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	ensureNamespace(t, c, operandNS)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery}
+	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery,
+		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
 	ds := daemonSets(t, c)
 	for _, o := range want {
@@ -44,6 +46,9 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 		sel := map[string]string{names.DeployLabel(o): "true"}
 		if o == names.GPUDiscovery {
 			sel = map[string]string{"kubernetes.io/os": "linux"}
+		}
+		if of, ok := operands.IsRelease(o); ok {
+			sel = map[string]string{names.ReleaseLabel(of): "true"} // nodes leaving the config
 		}
 		assert.Equal(t, sel, ds[o].Spec.Template.Spec.NodeSelector)
 	}

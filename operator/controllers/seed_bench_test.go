@@ -23,7 +23,7 @@ func seedCluster(b *testing.B, c client.Client, prefix string, n int) {
 	b.Helper()
 	ctx := context.Background()
 	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-gpu"}})
-	_ = c.Delete(ctx, &v1alpha1.SandboxGPUPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}})
+	deletePolicyNow(b, c)
 	p := &v1alpha1.SandboxGPUPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyName}, Spec: v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sandboxOn("container")}}
 	if err := c.Create(ctx, p); err != nil {
 		b.Fatal(err)

@@ -55,6 +55,12 @@ type builder struct {
 	// pullSecrets, when set, are this operand's own pull secrets, added
 	// to the operator's and the policy's.
 	pullSecrets func(p *v1alpha1.SandboxGPUPolicySpec) []string
+	// releases names the operand whose release DaemonSet this is: it runs
+	// on nodes with that operand's release label, whether sandbox
+	// workloads are on or not (a node leaves a VM config when they are
+	// turned off too), and takes the operand's image, env and resources but
+	// not its extra args (which select what the operand manages).
+	releases string
 }
 
 var builders = map[string]builder{
@@ -66,19 +72,14 @@ var builders = map[string]builder{
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
-			if v := p.VFIOManager.Vendor; v != "" {
-				c.Args = append(c.Args, "--vendor="+v)
-			}
-			ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
-			ds.Spec.Template.Spec.HostNetwork = true
-			hostRoots(ds, o, true, func() {
-				mount(ds, "sys", "/sys", false)
-				mount(ds, "dev", "/dev", false)
-			})
-			mount(ds, "run", "/run/sandbox-gpu", false)
-			mount(ds, "modules", "/lib/modules", true)
-			probe(c, "/readyz", 8081)
+			vfioManager(ds, p, o, 8081)
 		}},
+	names.ReleaseOperand(names.VFIOManager): {binary: "vfio-manager", privileged: true, releases: names.VFIOManager,
+		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
+		customize: vfioRelease},
+	names.ReleaseOperand(names.VGPUDeviceManager): {binary: "vgpu-device-manager", privileged: true, releases: names.VGPUDeviceManager,
+		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
+		customize: vgpuRelease},
 	names.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
@@ -149,6 +150,9 @@ func Names() []string {
 // (nodes then select it by their deploy labels).
 func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 	b, ok := builders[operand]
+	if ok && b.releases != "" {
+		return b.spec(p).IsEnabled()
+	}
 	if !ok || !p.SandboxWorkloads.Enabled && operand != names.NRIPlugin && operand != names.GPUDiscovery {
 		return false
 	}
@@ -179,6 +183,9 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{names.OperandLabel: operand}}
 	ds.Spec.Template.Labels = labels
 	ds.Spec.Template.Spec.NodeSelector = map[string]string{names.DeployLabel(operand): "true"}
+	if b.releases != "" {
+		ds.Spec.Template.Spec.NodeSelector = map[string]string{names.ReleaseLabel(b.releases): "true"}
+	}
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Name = operand
 	c.Image = fmt.Sprintf("%s/%s:%s", o.Registry, b.binary, o.Version)
@@ -203,7 +210,9 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 		own = b.pullSecrets(p)
 	}
 	pullWith(ds, p, o, own...)
-	c.Args = append(c.Args, s.Args...)
+	if b.releases == "" {
+		c.Args = append(c.Args, s.Args...)
+	}
 	c.Env = append(c.Env, s.Env...)
 	if s.Resources != nil {
 		c.Resources = *s.Resources

@@ -16,7 +16,8 @@ var opts = Options{Namespace: "sandbox-gpu", Registry: "ghcr.io/sandbox-gpu", Ve
 
 func TestEveryOperandBuilds(t *testing.T) {
 	p := &v1alpha1.SandboxGPUPolicySpec{}
-	privileged := map[string]bool{names.VFIOManager: true, names.VGPUDeviceManager: true, names.VGPUManager: true}
+	privileged := map[string]bool{names.VFIOManager: true, names.VGPUDeviceManager: true, names.VGPUManager: true,
+		names.ReleaseOperand(names.VFIOManager): true, names.ReleaseOperand(names.VGPUDeviceManager): true}
 	assert.ElementsMatch(t, names.Operands(), Names(), "a builder for every operand")
 	for _, name := range Names() {
 		ds, err := Build(name, p, opts)
@@ -26,6 +27,9 @@ func TestEveryOperandBuilds(t *testing.T) {
 		wantSelector := map[string]string{names.DeployLabel(name): "true"}
 		if name == names.GPUDiscovery {
 			wantSelector = map[string]string{"kubernetes.io/os": "linux"} // every Linux node: it finds the GPU nodes
+		}
+		if of, ok := IsRelease(name); ok {
+			wantSelector = map[string]string{names.ReleaseLabel(of): "true"} // nodes leaving the config
 		}
 		assert.Equal(t, wantSelector, ds.Spec.Template.Spec.NodeSelector, name)
 		assert.Equal(t, "system-node-critical", ds.Spec.Template.Spec.PriorityClassName, name)
@@ -52,7 +56,8 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--nvswitches", "--vendor=10de", "-v"}, c.Args)
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--nvswitches", "--vendor=10de",
+		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "-v"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
@@ -94,7 +99,8 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := ds.Spec.Template.Spec.AutomountServiceAccountToken
-		want := op == names.Validator || op == names.VGPUDeviceManager || op == names.GPUDiscovery
+		_, release := IsRelease(op) // release daemons publish their report on their Node
+		want := op == names.Validator || op == names.VGPUDeviceManager || op == names.GPUDiscovery || release
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}
@@ -107,7 +113,8 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 func TestMetricsPorts(t *testing.T) {
 	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
 		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort,
-		names.VGPUDeviceManager: VGPUDeviceManagerPort}
+		names.VGPUDeviceManager: VGPUDeviceManagerPort, names.ReleaseOperand(names.VFIOManager): VFIOReleasePort,
+		names.ReleaseOperand(names.VGPUDeviceManager): VGPUReleasePort}
 	for name, port := range want {
 		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
 		require.NoError(t, err)
@@ -117,5 +124,60 @@ func TestMetricsPorts(t *testing.T) {
 		assert.Equal(t, port, c.Ports[0].ContainerPort, name)
 		assert.Equal(t, port, c.ReadinessProbe.HTTPGet.Port.IntVal, name)
 		assert.Contains(t, c.Args, fmt.Sprintf("--health-addr=:%d", port), name)
+	}
+}
+
+// TestReleaseDaemonSets: each release DaemonSet runs its operand's binary
+// in release mode on nodes with the release label, whether sandbox
+// workloads are on or not (turning them off moves nodes out of VM
+// configs), with the operand's image and env but not its selection args;
+// both read the kubelet's PodResources read-only. The VFIO manager reads
+// it too, and is told where the socket is (a missing socket then stops it
+// instead of passing allocations by).
+func TestReleaseDaemonSets(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	p.VFIOManager.Image = "registry.example/vfio-manager:dev"
+	p.VFIOManager.Args = []string{"--device=0000:3b:00.0"}
+	p.VFIOManager.Env = []corev1.EnvVar{{Name: "X", Value: "1"}}
+	p.VFIOManager.Vendor = "10de"
+	vfioRel, vgpuRel := names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)
+	assert.True(t, Enabled(vfioRel, p), "sandbox workloads off: a release still runs")
+	assert.True(t, Enabled(vgpuRel, p))
+	off := false
+	p.VGPUDeviceManager.Enabled = &off
+	assert.False(t, Enabled(vgpuRel, p), "an operand turned off has no release")
+
+	ds, err := Build(vfioRel, p, opts)
+	require.NoError(t, err)
+	c := ds.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "sandbox-gpu-vfio-manager-release", ds.Name)
+	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
+	assert.Equal(t, []string{"daemon", "--release", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8087", "--vendor=10de",
+		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}, c.Args)
+	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
+	assert.True(t, ds.Spec.Template.Spec.HostPID)
+	assert.True(t, ds.Spec.Template.Spec.HostNetwork)
+	assert.Equal(t, names.ReleaseOperand(names.VFIOManager), ds.Spec.Template.Labels[names.OperandLabel])
+
+	ds, err = Build(vgpuRel, p, opts)
+	require.NoError(t, err)
+	c = ds.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, "ghcr.io/sandbox-gpu/vgpu-device-manager:v0.1.0", c.Image)
+	assert.Equal(t, []string{"run", "--release", "--node-name=$(NODE_NAME)", "--health-addr=:8085"}, c.Args)
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		assert.Nil(t, v.ConfigMap, "a release reads no vGPU config")
+	}
+
+	for _, op := range []string{names.VFIOManager, vfioRel, vgpuRel} {
+		ds, err := Build(op, p, opts)
+		require.NoError(t, err)
+		var found bool
+		for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if m.MountPath == PodResourcesDir {
+				found = true
+				assert.True(t, m.ReadOnly, "%s: PodResources read-only", op)
+			}
+		}
+		assert.True(t, found, "%s mounts the kubelet's PodResources", op)
 	}
 }

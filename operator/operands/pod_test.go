@@ -31,7 +31,8 @@ func TestImagesPullSecretsAndPolicy(t *testing.T) {
 	o.ImagePullPolicy = corev1.PullAlways
 	binaries := map[string]string{names.VFIOManager: "vfio-manager", names.KubeVirtDevicePlugin: "kubevirt-device-plugin",
 		names.KataDevicePlugin: "kata-device-plugin", names.NRIPlugin: "nri-gpu-plugin", names.Validator: "sandbox-gpu-validator",
-		names.VGPUDeviceManager: "vgpu-device-manager", names.VGPUManager: "vgpu-manager", names.GPUDiscovery: "sandbox-gpu-validator"}
+		names.VGPUDeviceManager: "vgpu-device-manager", names.VGPUManager: "vgpu-manager", names.GPUDiscovery: "sandbox-gpu-validator",
+		names.ReleaseOperand(names.VFIOManager): "vfio-manager", names.ReleaseOperand(names.VGPUDeviceManager): "vgpu-device-manager"}
 	for _, op := range Names() {
 		ds, c := build(t, op, &v1alpha1.SandboxGPUPolicySpec{}, o)
 		assert.Equal(t, "registry.example:5000/mirror/sandbox-gpu/"+binaries[op]+":v9.9.9", c.Image, op)
@@ -74,7 +75,8 @@ func TestGPUDiscoveryDaemonSet(t *testing.T) {
 
 // hostReaders are the operands that read the host through the root flags.
 func hostReaders() []string {
-	return []string{names.VFIOManager, names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.VGPUDeviceManager, names.GPUDiscovery}
+	return []string{names.VFIOManager, names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.VGPUDeviceManager, names.GPUDiscovery,
+		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 }
 
 func hostPaths(ds *appsv1.DaemonSet) map[string]string {
@@ -130,7 +132,8 @@ func TestTestHostRoot(t *testing.T) {
 	for _, op := range hostReaders() {
 		ds, c := build(t, op, &v1alpha1.SandboxGPUPolicySpec{}, o)
 		got := hostPaths(ds)
-		writable := op == names.VFIOManager || op == names.VGPUDeviceManager
+		_, release := IsRelease(op)
+		writable := op == names.VFIOManager || op == names.VGPUDeviceManager || release
 		rw := map[bool]string{true: "rw", false: "ro"}[writable]
 		assert.Equal(t, o.HostRoot+"/sys:"+rw, got[o.HostRoot+"/sys"], op)
 		assert.Equal(t, o.HostRoot+"/dev:"+rw, got[o.HostRoot+"/dev"], op)

@@ -144,14 +144,26 @@ func Staged(want []string, ready, labelled map[string]bool) []string {
 // operands set and every other deploy label removed. The input is not
 // modified; changed reports whether anything differs.
 func DeployLabels(current map[string]string, operands []string) (map[string]string, bool) {
+	return NodeLabels(current, operands, nil)
+}
+
+// NodeLabels returns the node's labels with the deploy labels of deploy
+// and the release labels of release set, and every other deploy and
+// release label removed (one write swaps an operand for its release). The
+// input is not modified; changed reports whether anything differs.
+func NodeLabels(current map[string]string, deploy, release []string) (map[string]string, bool) {
 	want := map[string]bool{}
-	for _, o := range operands {
+	for _, o := range deploy {
 		want[names.DeployLabel(o)] = true
 	}
-	out := make(map[string]string, len(current)+len(operands))
+	for _, o := range release {
+		want[names.ReleaseLabel(o)] = true
+	}
+	out := make(map[string]string, len(current)+len(want))
 	changed := false
 	for k, v := range current {
-		if strings.HasPrefix(k, names.DeployPrefix) && !want[k] {
+		ours := strings.HasPrefix(k, names.DeployPrefix) || strings.HasPrefix(k, names.ReleasePrefix)
+		if ours && !want[k] {
 			changed = true
 			continue
 		}

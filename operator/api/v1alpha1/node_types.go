@@ -6,11 +6,18 @@ import (
 
 // Node states.
 const (
-	StatePending     = "pending"
-	StateDraining    = "draining"
+	StatePending  = "pending"
+	StateDraining = "draining"
+	// StateReleasing: the config being left returns its host state (GPUs
+	// back to their host driver, vGPUs removed) before the new config's
+	// operands start.
+	StateReleasing   = "releasing"
 	StateConfiguring = "configuring"
 	StateReady       = "ready"
 	StateFailed      = "failed"
+	// StateReleased: the policy is being deleted (uninstall) and the node's
+	// host state is returned; no operand runs there any more.
+	StateReleased = "released"
 )
 
 // Condition types of a SandboxGPUNode; the policy reports Ready and
@@ -20,7 +27,8 @@ const (
 	// config's operands are ready (the policy: every GPU node is ready).
 	ConditionReady = "Ready"
 	// ConditionProgressing is True while the node moves to its desired
-	// config (pending, draining, configuring); the reason names the step.
+	// config (pending, draining, releasing, configuring); the reason names
+	// the step.
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when something failed that needs a person
 	// (a drain that timed out; the policy: failed nodes or operands).
@@ -49,8 +57,9 @@ type SandboxGPUNodeStatus struct {
 	// AppliedConfig is the config whose operands run on the node now.
 	// +optional
 	AppliedConfig string `json:"appliedConfig,omitempty"`
-	// State: pending, draining, configuring, ready or failed.
-	// +kubebuilder:validation:Enum=pending;draining;configuring;ready;failed
+	// State: pending, draining, releasing, configuring, ready or failed;
+	// released once an uninstall returned the node's GPUs.
+	// +kubebuilder:validation:Enum=pending;draining;releasing;configuring;ready;failed;released
 	// +optional
 	State string `json:"state,omitempty"`
 	// Since is when the node entered State.

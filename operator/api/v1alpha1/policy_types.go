@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Workload configs a GPU node can run (node label nvidia.com/gpu.workload.config).
@@ -183,6 +184,25 @@ type DrainSpec struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
+// TransitionSpec bounds config changes cluster-wide, like a rolling update.
+type TransitionSpec struct {
+	// MaxUnavailable is how many GPU nodes may be changing config at once
+	// (draining, releasing, configuring, or failed in a change): a number
+	// (at least 1) or a percentage of the GPU nodes (1% to 100%, rounded up,
+	// as a DaemonSet's). Other nodes whose config changed wait, pending,
+	// and take free slots in the order of their names. The default, 1,
+	// is a DaemonSet rolling update's: relabelling many nodes at once takes
+	// one node's GPUs out of service at a time, and a change that fails
+	// (a drain that times out) stops the rollout there instead of draining
+	// the next node. New nodes, setting up their first config, are not
+	// bounded (they take nothing from anyone); an uninstall is not either.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="transition.maxUnavailable is a number of nodes (at least 1) or a percentage from 1% to 100%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
 // SandboxGPUPolicySpec is the desired sandbox GPU setup of the cluster.
 type SandboxGPUPolicySpec struct {
 	// +optional
@@ -230,6 +250,8 @@ type SandboxGPUPolicySpec struct {
 	Kata KataSpec `json:"kata,omitempty"`
 	// +optional
 	Drain DrainSpec `json:"drain,omitempty"`
+	// +optional
+	Transition TransitionSpec `json:"transition,omitempty"`
 }
 
 // NodeCounts counts GPU nodes per workload config.

@@ -1,0 +1,81 @@
+package operands
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+)
+
+// Health ports of the release daemons. The VFIO manager's runs in the
+// host network, beside a terminating VFIO manager on 8081 while a node
+// leaves vm-passthrough, so it takes its own port.
+const (
+	VFIOReleasePort = 8087
+	VGPUReleasePort = VGPUDeviceManagerPort
+)
+
+// PodResourcesSocket is the kubelet's PodResources socket in
+// PodResourcesDir.
+const PodResourcesSocket = PodResourcesDir + "/kubelet.sock"
+
+// vfioManager shapes what the VFIO manager and its release share: the
+// vendor, the host's open files (host PID namespace) and network
+// interfaces (host network), sysfs and /dev writable, the run folder for
+// the ready and lock files, the kernel's modules (modules.alias), and the
+// kubelet's PodResources (read-only: a function allocated to a pod that
+// has not opened it yet counts as in use), its /readyz as the probe.
+func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options, port int32) {
+	c := &ds.Spec.Template.Spec.Containers[0]
+	if v := p.VFIOManager.Vendor; v != "" {
+		c.Args = append(c.Args, "--vendor="+v)
+	}
+	c.Args = append(c.Args, "--pod-resources-socket="+PodResourcesSocket)
+	ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
+	ds.Spec.Template.Spec.HostNetwork = true
+	hostRoots(ds, o, true, func() {
+		mount(ds, "sys", "/sys", false)
+		mount(ds, "dev", "/dev", false)
+	})
+	mount(ds, "run", names.RunDir, false)
+	mount(ds, "modules", "/lib/modules", true)
+	mount(ds, "pod-resources", PodResourcesDir, true)
+	probe(c, "/readyz", port)
+}
+
+// vfioRelease shapes `vfio-manager daemon --release`: every function of
+// the vendor back to its host driver, ready once none is left on vfio; it
+// publishes its report on its own Node (a token, the node name).
+func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.RunDir, fmt.Sprintf("--health-addr=:%d", VFIOReleasePort)}
+	vfioManager(ds, p, o, VFIOReleasePort)
+	apiAccess(ds)
+}
+
+// vgpuRelease shapes `vgpu-device-manager run --release`: every vGPU
+// removed and the VFs disabled, never one in use (processes and the
+// kubelet's PodResources); no config; the report on its own Node.
+func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
+	spec := &ds.Spec.Template.Spec
+	c := &spec.Containers[0]
+	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", fmt.Sprintf("--health-addr=:%d", VGPUReleasePort)}
+	apiAccess(ds)
+	spec.HostPID = true
+	hostRoots(ds, o, true, func() {
+		mount(ds, "sys", "/sys", false)
+		mount(ds, "dev", "/dev", false)
+	})
+	mount(ds, "run", names.RunDir, false)
+	mount(ds, "pod-resources", PodResourcesDir, true)
+	probe(c, "/readyz", VGPUReleasePort)
+}
+
+// IsRelease reports whether operand is a release DaemonSet's, and of
+// which operand.
+func IsRelease(operand string) (of string, ok bool) {
+	b, found := builders[operand]
+	return b.releases, found && b.releases != ""
+}
