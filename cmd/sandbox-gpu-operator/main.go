@@ -10,14 +10,17 @@ import (
 	"path"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/uninstall"
 )
 
 func main() { os.Exit(shell.Main(program())) }
@@ -85,5 +88,39 @@ func program() *shell.Program {
 					env.Log.Info("Operands read a simulated host: this is a test setup", "operandHostRoot", o.OperandHostRoot)
 				}
 				return mgr.Start(ctx)
-			}}}}
+			}}, uninstallCommand()}}
+}
+
+// uninstallCommand is the Helm chart's pre-delete hook: it deletes the
+// policy while the operator still runs and waits until the operator has
+// returned every GPU the product moved (package uninstall).
+func uninstallCommand() *shell.Command {
+	var kubeconfig string
+	var o uninstall.Options
+	return &shell.Command{Name: "uninstall", Synopsis: "[--timeout 4m] [--kubeconfig FILE]",
+		Summary: "deletes the SandboxGPUPolicy and waits until the operator returned every GPU it moved (never one in use); at the timeout it reports what stays and lets the uninstall go on",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.DurationVar(&o.Timeout, "timeout", 4*time.Minute, "how long to wait for the operator (keep it under helm uninstall's --timeout, 5m by default)")
+			fs.DurationVar(&o.Poll, "poll", 2*time.Second, "how often the node states are read")
+		},
+		Run: func(ctx context.Context, env *shell.Env) error {
+			ctrl.SetLogger(env.Log)
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w", err)
+			}
+			scheme, err := operator.Scheme()
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg, client.Options{Scheme: scheme})
+			if err != nil {
+				return fmt.Errorf("client: %w", err)
+			}
+			_, err = uninstall.Run(ctx, c, o, env.Stdout)
+			return err
+		}}
 }

@@ -39,3 +39,16 @@ func TestBadFlagValues(t *testing.T) {
 		}
 	}
 }
+
+// The uninstall hook is a subcommand with its timeout.
+func TestUninstallCommandHelp(t *testing.T) {
+	var out bytes.Buffer
+	if code := shell.Run(context.Background(), program(), []string{"uninstall", "--help"}, shell.IO{Stdout: &out}); code != 0 {
+		t.Fatalf("uninstall --help exit %d", code)
+	}
+	for _, f := range []string{"-timeout", "-kubeconfig", "never one in use"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("uninstall --help lacks %s:\n%s", f, out.String())
+		}
+	}
+}

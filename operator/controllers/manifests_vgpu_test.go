@@ -53,7 +53,7 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 	})
 	const (
 		ownNode   = "only their own Node"
-		onlyState = "may change only sandbox-gpu.io/ labels other than sandbox-gpu.io/deploy.*, and set nvidia.com/vgpu.config.state"
+		onlyState = "may change only sandbox-gpu.io/ labels other than sandbox-gpu.io/deploy.* and sandbox-gpu.io/release.*, and set nvidia.com/vgpu.config.state"
 		values    = "may set nvidia.com/vgpu.config.state only to pending, success or failed"
 		annotated = "may change only sandbox-gpu.io/ annotations"
 	)
@@ -78,6 +78,9 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 		{"another nvidia.com label", "vgpu-vap-a", map[string]any{"nvidia.com/gpu.deploy.vgpu-device-manager": "true"}, nil, onlyState},
 		{"a look-alike key", "vgpu-vap-a", map[string]any{"nvidia.com/vgpu.config.state.x": "success"}, nil, onlyState},
 		{"the state as an annotation", "vgpu-vap-a", nil, map[string]any{state: "success"}, annotated},
+		{"its release report", "vgpu-vap-a", nil, map[string]any{names.ReleaseReportAnnotation(names.VGPUDeviceManager): `{"done":true}`}, ""},
+		{"a release label", "vgpu-vap-a", map[string]any{names.ReleaseLabel(names.VFIOManager): "true"}, nil, onlyState},
+		{"a deploy label", "vgpu-vap-a", map[string]any{names.DeployLabel(names.VFIOManager): "true"}, nil, onlyState},
 	} {
 		patch := map[string]any{}
 		if tc.l != nil {

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
@@ -22,7 +21,7 @@ import (
 // and the operator removes the finalizer once every GPU node is released.
 // Until then the operand DaemonSets, which the policy owns, stay: the
 // release DaemonSets do the work.
-const ReleaseFinalizer = names.Domain + "/release-gpus"
+const ReleaseFinalizer = v1alpha1.ReleaseFinalizer
 
 // Reasons of the policy's Ready condition while it is being deleted.
 const (

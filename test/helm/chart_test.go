@@ -49,6 +49,10 @@ func TestDefaultsRenderAndDryRun(t *testing.T) {
 		"RoleBinding": 2, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 		"SandboxGPUPolicy": 1,
 	}
+	// The uninstall hook (uninstall_test.go): its account, RBAC and Job.
+	for kind, n := range map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Job": 1} {
+		want[kind] += n
+	}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("rendered kinds = %v, want %v", counts, want)
 	}
@@ -114,7 +118,7 @@ func TestOperatorNamespaceOverride(t *testing.T) {
 			t.Errorf("no %s rendered", kind)
 		}
 		for _, obj := range got {
-			if obj.GetName() == nodeEventsRBAC {
+			if obj.GetName() == nodeEventsRBAC || obj.GetName() == uninstallEventsRBAC {
 				if obj.GetNamespace() != "default" {
 					t.Errorf("%s %s in namespace %q, want default (where the node daemons' Events go)", kind, obj.GetName(), obj.GetNamespace())
 				}

@@ -13,6 +13,12 @@ const (
 	WorkloadVMVGPU        = "vm-vgpu"
 )
 
+// ReleaseFinalizer is on the policy while it lives: deleting the policy
+// (helm uninstall, kubectl delete) first returns every GPU the product
+// moved, never one in use, and the operator removes the finalizer once
+// every GPU node is released.
+const ReleaseFinalizer = "sandbox-gpu.io/release-gpus"
+
 // Sandbox modes.
 const (
 	ModeKubeVirt = "kubevirt"
