@@ -31,7 +31,8 @@ say() { printf 'fetch-cluster: %s\n' "$*" >&2; }
 . "$root/hack/envtest-lib.sh"
 
 # 1. Host packages, only those missing.
-apt_install_missing runc busybox-static containernetworking-plugins iptables util-linux procps kmod iproute2
+# pci.ids: the naming tests and the KubeVirt plugin's RSS benchmark read the system file.
+apt_install_missing runc busybox-static containernetworking-plugins iptables util-linux procps kmod iproute2 pci.ids
 
 # 2. The parts other scripts own (each cached on its own).
 GO=$go "$root/hack/envtest-assets.sh" >/dev/null

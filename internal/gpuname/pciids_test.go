@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -126,7 +127,7 @@ func TestSystemPCIIDs(t *testing.T) {
 		}
 	}
 	if path == "" {
-		t.Skip("no system pci.ids (apt-get install pci.ids)")
+		testutil.MissingPeer(t, "no system pci.ids: apt-get install pci.ids (make test-deps does)")
 	}
 	m, err := ReadPCIIDs(path, []uint16{NVIDIA})
 	require.NoError(t, err)
