@@ -45,6 +45,9 @@ type Options struct {
 	FailOpen bool
 	// Injection is InjectAuto, InjectCDI or InjectEdits.
 	Injection string
+	// Hooks is the hook policy of GPU CDI specs: HooksNVIDIA (default),
+	// HooksNone or HooksAny.
+	Hooks string
 	// Checkpoint, when set, gives the allocations of containers the
 	// PodResources API does not list (ordinary init containers).
 	Checkpoint *Checkpoint
@@ -110,6 +113,12 @@ func (p *Plugin) newCore(o Options, res *Resolver, pods PodResources) (*core, er
 		if _, err := path.Match(p, ""); err != nil {
 			return nil, fmt.Errorf("pattern %q: %w", p, err)
 		}
+	}
+	if o.Hooks == "" {
+		o.Hooks = HooksNVIDIA
+	}
+	if err := validHookPolicy(o.Hooks); err != nil {
+		return nil, err
 	}
 	switch o.Injection {
 	case "":
@@ -240,6 +249,9 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 			err = fmt.Errorf("%s: %w", who, err)
 		}
 		return p.failed(adj, ctr, err)
+	}
+	if refused := checkHooks(p.o.Hooks, edits.Hooks); len(refused) > 0 {
+		return p.failed(adj, ctr, fmt.Errorf("%s: %w: %s", who, errHookRefused, strings.Join(refused, ", ")))
 	}
 	if inUserNS(pod, ctr) {
 		if hooks := hookPaths(edits.Hooks); len(hooks) > 0 {

@@ -46,6 +46,7 @@ func Program() *shell.Program {
 // options are the plugin's flags.
 type options struct {
 	nriSocket, podResources, cdiKind, index, name, injection string
+	hooks                                                    string
 	checkpoint                                               string
 	podResourcesTimeout                                      time.Duration
 	cdiDirs, resources, skip, annotationNS                   listFlag
@@ -74,6 +75,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
 	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; the first use replaces the default kata*; \"\" is the default runtime's empty handler: pass --skip-runtime-handler kata* --skip-runtime-handler \"\" where Kata is the default runtime)")
 	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+names.RequestAnnotation+" annotation (repeatable; default none)")
+	fs.StringVar(&o.hooks, "cdi-hooks", nri.HooksNVIDIA, "OCI hooks a GPU CDI spec may bring: nvidia (only NVIDIA's toolkit hooks at their installed paths), none, or any; a container whose spec brings another is refused")
 	fs.StringVar(&o.injection, "injection", nri.InjectAuto, "auto (CDI requests on containerd 2.1+, resolved edits elsewhere), cdi or edits")
 }
 

@@ -22,7 +22,7 @@ func build(o *options, log logr.Logger) (nri.Options, *nri.Resolver, *nri.Kubele
 		return nri.Options{}, nil, nil, err
 	}
 	no := nri.Options{Resources: o.resources.vals, SkipRuntimeHandlers: o.skip.vals,
-		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, StrictPrivileged: o.strictPrivileged, Injection: o.injection, Log: log}
+		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, StrictPrivileged: o.strictPrivileged, Injection: o.injection, Hooks: o.hooks, Log: log}
 	if o.checkpoint != "" {
 		no.Checkpoint = &nri.Checkpoint{Path: o.checkpoint}
 	}

@@ -115,3 +115,19 @@ func writeCDISpec(t *testing.T, d *daemon) gpuSpec {
 // major and minor split a Linux device number (as glibc's gnu_dev_major and gnu_dev_minor do).
 func major(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
 func minor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
+
+// writePlantedSpec writes a second spec of the GPU kind, as a compromised CDI writer would: device
+// "planted" is a stand-in GPU node plus a createContainer hook running hook.
+func writePlantedSpec(t *testing.T, d *daemon, hook string, g standIn) {
+	t.Helper()
+	spec := cdispec.Spec{Kind: cdiKind, Devices: []cdispec.Device{{Name: "planted", ContainerEdits: cdispec.ContainerEdits{
+		DeviceNodes: []*cdispec.DeviceNode{{Path: g.path, HostPath: g.hostPath}},
+		Hooks:       []*cdispec.Hook{{HookName: "createContainer", Path: hook, Args: []string{"evil-hook.sh"}}},
+	}}}}
+	v, err := cdispec.MinimumRequiredVersion(&spec)
+	require.NoError(t, err)
+	spec.Version = v
+	b, err := json.MarshalIndent(spec, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(d.cdiDir(), "planted.json"), b, 0o644))
+}

@@ -1,6 +1,8 @@
 package containerd
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -147,6 +149,24 @@ func TestPlugin(t *testing.T) {
 			assert.Contains(t, err.Error(), s)
 		}
 		t.Logf("report: %v", err)
+	})
+
+	t.Run("planted-spec-hook", func(t *testing.T) {
+		// A compromised CDI writer on the node plants a spec of the GPU kind whose device brings a
+		// hook of its own: the plugin refuses the container before the runtime creates it, so the
+		// hook (a real script that would leave a marker) never runs.
+		marker := filepath.Join(d.path("dev"), "pwned")
+		hook := d.path("evil-hook.sh")
+		require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755))
+		writePlantedSpec(t, d, hook, spec.gpus[0])
+		kl.allocate(ns, "planted", "cuda", cdiKind, "planted")
+		pd := d.runPod(t, podOpts{namespace: ns, name: "planted"})
+		_, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
+		require.Error(t, err, "a container whose GPU spec brings a foreign hook must not run")
+		assert.Contains(t, err.Error(), "hook policy does not allow")
+		assert.Contains(t, err.Error(), hook)
+		_, statErr := os.Stat(marker)
+		assert.ErrorIs(t, statErr, os.ErrNotExist, "the planted hook never ran")
 	})
 
 	t.Run("containerd-restart", func(t *testing.T) {
