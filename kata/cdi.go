@@ -22,6 +22,10 @@ import (
 // removed.
 type CDIWriter struct {
 	Dir string
+	// Kinds, when set, are the only kinds written (the plugin's own
+	// resources): nothing else, such as the GPU kind nvidia.com/gpu, ever
+	// lands in the folder through this writer.
+	Kinds map[string]bool
 
 	mu      sync.Mutex
 	written map[string]*cdispec.Spec // file name -> content
@@ -82,6 +86,21 @@ func node(containerPath, hostPath string) *cdispec.DeviceNode {
 	return n
 }
 
+// gpuKind reports the kinds of NVIDIA's container GPUs, which the NRI
+// plugin and the runtime resolve for ordinary containers: never ours to
+// write, whatever a names config says.
+func gpuKind(kind string) bool {
+	return kind == "nvidia.com/gpu" || strings.HasPrefix(kind, "nvidia.com/gpu.") || strings.HasPrefix(kind, "nvidia.com/mig-")
+}
+
+// RemoveAll removes every spec this plugin owns in the folder: on a
+// graceful stop (the node leaves Kata passthrough, or the plugin is
+// uninstalled) no spec of ours outlives it. A restart writes them again
+// before it registers with the kubelet.
+func (w *CDIWriter) RemoveAll() error {
+	return w.Write(nil)
+}
+
 // Write brings the folder in line with the resources.
 func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 	w.mu.Lock()
@@ -96,6 +115,10 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 	keep := map[string]bool{}
 	var errs []error
 	for _, r := range resources {
+		if (w.Kinds != nil && !w.Kinds[r.Name]) || gpuKind(r.Name) {
+			errs = append(errs, fmt.Errorf("CDI spec of %s: not a kind of this plugin; not written", r.Name))
+			continue
+		}
 		name := SpecName(r.Name)
 		keep[name] = true
 		spec, err := Spec(r)

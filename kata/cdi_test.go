@@ -288,3 +288,30 @@ func TestSpecOnAMovedDev(t *testing.T) {
 	assert.Equal(t, "/dev/vfio/vfio", spec.ContainerEdits.DeviceNodes[0].Path)
 	assert.Equal(t, "/sim/dev/vfio/vfio", spec.ContainerEdits.DeviceNodes[0].HostPath)
 }
+
+// TestWriterKeepsToItsOwnKinds: the writer never writes a kind that is not
+// the plugin's own, and never the container GPU kinds; RemoveAll (a
+// graceful stop) removes only the plugin's own files.
+func TestWriterKeepsToItsOwnKinds(t *testing.T) {
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "nvidia.yaml")
+	require.NoError(t, os.WriteFile(foreign, []byte("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n"), 0o644))
+	pgpu := deviceplugin.Resource{Name: "nvidia.com/pgpu", Devices: []deviceplugin.Device{{ID: "3", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)}}}
+	gpu := deviceplugin.Resource{Name: "nvidia.com/gpu", Devices: pgpu.Devices}
+	other := deviceplugin.Resource{Name: "example.com/gpu", Devices: pgpu.Devices}
+
+	w := &CDIWriter{Dir: dir, Kinds: map[string]bool{"nvidia.com/pgpu": true}}
+	err := w.Write([]deviceplugin.Resource{pgpu, other, gpu})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "example.com/gpu: not a kind of this plugin")
+	assert.Contains(t, err.Error(), "nvidia.com/gpu: not a kind of this plugin")
+	assert.FileExists(t, filepath.Join(dir, SpecName("nvidia.com/pgpu")))
+	assert.NoFileExists(t, filepath.Join(dir, SpecName("nvidia.com/gpu")))
+
+	err = (&CDIWriter{Dir: dir}).Write([]deviceplugin.Resource{gpu})
+	assert.ErrorContains(t, err, "nvidia.com/gpu: not a kind of this plugin", "per-model names never yield the GPU kind")
+
+	require.NoError(t, w.RemoveAll())
+	assert.NoFileExists(t, filepath.Join(dir, SpecName("nvidia.com/pgpu")))
+	assert.FileExists(t, foreign, "another writer's spec is not ours to remove")
+}

@@ -34,7 +34,15 @@ func Program() *shell.Program {
 				return err
 			}
 		}
-		cdi := &CDIWriter{Dir: cdiDir}
+		cdi := &CDIWriter{Dir: cdiDir, Kinds: map[string]bool{s.Resource: true, s.NVSwitchResource: true}}
+		if perModel {
+			cdi.Kinds = nil // per-model kinds follow the GPUs found: only nvidia.com/ model names
+		}
+		defer func() {
+			if err := cdi.RemoveAll(); err != nil {
+				env.Log.Error(err, "Removing the CDI specs on stop", "dir", cdiDir)
+			}
+		}()
 		var reported string
 		return c.Serve(ctx, env, h, plugincmd.Plugin{
 			Name: "sandbox-gpu-kata", Scanner: s,
