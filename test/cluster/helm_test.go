@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
@@ -20,6 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
+
+// helmTimeout bounds each action's hooks, as the helm command's default --timeout does.
+const helmTimeout = 5 * time.Minute
 
 // release is the chart installed, upgraded and uninstalled with Helm's Go packages (what the helm
 // command runs), its release record kept as a Secret in its namespace.
@@ -51,7 +55,7 @@ func newRelease(t *testing.T, c *cluster.Cluster, name, namespace string) (*rele
 // install is `helm install NAME CHART -n NAMESPACE` with values, not waiting (the tests poll).
 func (r *release) install(ctx context.Context, values map[string]any) error {
 	in := action.NewInstall(r.cfg)
-	in.ReleaseName, in.Namespace = r.name, r.namespace
+	in.ReleaseName, in.Namespace, in.Timeout = r.name, r.namespace, helmTimeout
 	if _, err := in.RunWithContext(ctx, r.chart, values); err != nil {
 		return fmt.Errorf("helm install %s -n %s: %w", r.name, r.namespace, err)
 	}
@@ -61,16 +65,19 @@ func (r *release) install(ctx context.Context, values map[string]any) error {
 // upgrade is `helm upgrade NAME CHART -n NAMESPACE` with the whole set of values.
 func (r *release) upgrade(ctx context.Context, values map[string]any) error {
 	up := action.NewUpgrade(r.cfg)
-	up.Namespace = r.namespace
+	up.Namespace, up.Timeout = r.namespace, helmTimeout
 	if _, err := up.RunWithContext(ctx, r.name, r.chart, values); err != nil {
 		return fmt.Errorf("helm upgrade %s -n %s: %w", r.name, r.namespace, err)
 	}
 	return nil
 }
 
-// uninstall is `helm uninstall NAME -n NAMESPACE`, not waiting.
+// uninstall is `helm uninstall NAME -n NAMESPACE`: its pre-delete hooks run to completion (within
+// helmTimeout), the rest is deleted without waiting.
 func (r *release) uninstall() error {
-	if _, err := action.NewUninstall(r.cfg).Run(r.name); err != nil {
+	un := action.NewUninstall(r.cfg)
+	un.Timeout = helmTimeout
+	if _, err := un.Run(r.name); err != nil {
 		return fmt.Errorf("helm uninstall %s -n %s: %w", r.name, r.namespace, err)
 	}
 	return nil

@@ -37,7 +37,8 @@ const (
 // host whose sysfs the operands write through FUSE (simnode). One node goes through the configs in
 // order: the chart installed (the operator Ready, the GPU found and labelled by the discovery agent,
 // the node a container node by default), then the node labelled vm-passthrough in KubeVirt mode,
-// then the policy switched to Kata, then helm uninstall. Each step fails the rest.
+// then the policy switched to Kata, then helm uninstall (its pre-delete hook returns the GPU to its
+// host driver, and nothing of the product is left). Each step fails the rest.
 func TestSandboxGPU(t *testing.T) {
 	c, n := requireProduct(t)
 	ctx := testContext(t, systemWithin)
@@ -75,6 +76,9 @@ func TestSandboxGPU(t *testing.T) {
 			require.NoError(t, savePodLogs(ctx, c, dir), "the product's pod logs into %s", dir)
 		}
 		require.NoError(t, rel.uninstall())
+		require.NoError(t, pollTrue(ctx, stepWithin, func() (bool, error) {
+			return n.Kernel.DriverOf(gpuAddress) == "nvidia", nil
+		}), "helm uninstall returns the A10 to its host driver (driver %q)", n.Kernel.DriverOf(gpuAddress))
 		var left []string
 		require.NoError(t, pollTrue(ctx, operandWithin, func() (bool, error) {
 			var err error
@@ -180,6 +184,11 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: kataHandler}, Handler: kataHandler}
 	_, err := c.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callWithin)
+		defer cancel()
+		assert.NoError(t, c.Client.NodeV1().RuntimeClasses().Delete(ctx, rc.Name, metav1.DeleteOptions{}), "delete RuntimeClass %s", rc.Name)
+	})
 	require.NoError(t, rel.upgrade(ctx, chartValues(n, "kata")))
 	_, err = waitOperandReady(ctx, c, names.KataDevicePlugin, operandWithin)
 	require.NoError(t, err)
