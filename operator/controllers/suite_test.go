@@ -119,6 +119,9 @@ type operatorConfig struct {
 	policyNamespace string
 	// beforeStatusPatch runs before each status patch the operator sends.
 	beforeStatusPatch func(obj client.Object)
+	// crash, when set, kills the operator's writes after its n-th
+	// (crash_test.go).
+	crash *writeCrash
 }
 
 // statusWrites counts the operator's status writes by verb and keeps the
@@ -183,6 +186,9 @@ func startOperatorWith(t *testing.T, clk *clock, cfg operatorConfig) *testOperat
 			inner, err := client.NewWithWatch(rc, o)
 			if err != nil {
 				return nil, err
+			}
+			if cfg.crash != nil {
+				inner = interceptor.NewClient(inner, cfg.crash.funcs())
 			}
 			return interceptor.NewClient(inner, op.writes.funcs(&cfg)), nil
 		}})

@@ -137,7 +137,7 @@ func runCell(t *testing.T, c client.Client, name string, cell matrixCell, pid in
 		switch cell.from {
 		case v1alpha1.WorkloadVMPassthrough:
 			for a, d := range s.drivers {
-				assert.Equal(t, "nvidia", d, "%s found %s on %s: GPUs go back to their host driver first", s.operand, a, d)
+				assert.Equal(t, n.a.Kernel().NativeDriver(a), d, "%s found %s on %s: GPUs go back to their host driver first", s.operand, a, d)
 			}
 		case v1alpha1.WorkloadVMVGPU:
 			assert.Zero(t, s.vgpus, "%s found vGPUs: they are removed first", s.operand)
@@ -149,7 +149,7 @@ func runCell(t *testing.T, c client.Client, name string, cell matrixCell, pid in
 	switch cell.to {
 	case v1alpha1.WorkloadContainer:
 		for a, d := range n.drivers(t) {
-			assert.Equal(t, "nvidia", d, a)
+			assert.Equal(t, n.a.Kernel().NativeDriver(a), d, a)
 		}
 		vgpus, vfs := n.vgpuCounts(t)
 		assert.Zero(t, vgpus+vfs)
