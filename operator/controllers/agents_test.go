@@ -2,10 +2,8 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/agenttest"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
@@ -195,21 +192,23 @@ func (n *simNode) holdVGPU(t *testing.T, pid int) string {
 	gpus, err := vgpu.Inventory(n.a.Host(), nil)
 	require.NoError(t, err)
 	for _, g := range gpus {
-		for _, v := range g.VGPUs {
-			group := host.NoGroup
-			if a, err := host.ParseAddress(v.ID); err == nil {
-				f, err := n.a.Host().ReadFunction(a)
-				require.NoError(t, err)
-				group = f.IOMMUGroup
-			} else {
-				m, ok, err := n.a.Host().ReadMdev(v.ID)
-				require.NoError(t, err)
-				require.True(t, ok)
-				group = m.IOMMUGroup
-			}
-			require.NoError(t, n.a.Kernel().HoldOpen(pid, "qemu-kvm", "vfio/"+strconv.Itoa(group)))
-			return v.ID
+		if len(g.VGPUs) == 0 {
+			continue
 		}
+		v := g.VGPUs[0]
+		group := host.NoGroup
+		if a, err := host.ParseAddress(v.ID); err == nil {
+			f, err := n.a.Host().ReadFunction(a)
+			require.NoError(t, err)
+			group = f.IOMMUGroup
+		} else {
+			m, ok, err := n.a.Host().ReadMdev(v.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
+			group = m.IOMMUGroup
+		}
+		require.NoError(t, n.a.Kernel().HoldOpen(pid, "qemu-kvm", "vfio/"+strconv.Itoa(group)))
+		return v.ID
 	}
 	t.Fatalf("node %s: no vGPU to hold", n.name)
 	return ""
@@ -254,21 +253,4 @@ func operandsOf(starts []operandStart) []string {
 func sandboxOnAll(s *v1alpha1.SandboxGPUPolicySpec) {
 	all := intstr.FromString("100%")
 	s.Transition.MaxUnavailable = &all
-}
-
-// describeNode is a node's state, message and labels, for failures.
-func describeNode(t *testing.T, c client.Client, name string) string {
-	st := nodeState(c, name)
-	n := getNode(t, c, name)
-	var ls []string
-	for k, v := range n.Labels {
-		if strings.HasPrefix(k, names.Domain) {
-			ls = append(ls, k+"="+v)
-		}
-	}
-	slices.Sort(ls)
-	if st == nil {
-		return fmt.Sprintf("no state; labels %v", ls)
-	}
-	return fmt.Sprintf("%s (%s -> %s): %s; labels %v", st.Status.State, st.Status.AppliedConfig, st.Status.WorkloadConfig, st.Status.Message, ls)
 }

@@ -110,10 +110,6 @@ func (r *NodeReconciler) allGPUNodes(ctx context.Context, _ client.Object) []rec
 	return out
 }
 
-func sameName(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
-}
-
 func podNode(_ context.Context, o client.Object) []reconcile.Request {
 	if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.NodeName}}}

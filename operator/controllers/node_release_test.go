@@ -95,7 +95,7 @@ func TestReleaseBeforeTheNextConfig(t *testing.T) {
 	assert.Equal(t, corev1.EventTypeWarning, operatorEvents(t, c, "n-leave")[EventReleaseRefused][0].Type)
 
 	readyOperands(t, c, "n-leave", names.ReleaseOperand(names.VFIOManager))
-	st = waitState(t, c, "n-leave", "configuring container", func(s *v1alpha1.SandboxGPUNode) bool {
+	waitState(t, c, "n-leave", "configuring container", func(s *v1alpha1.SandboxGPUNode) bool {
 		return s.Status.AppliedConfig == "container" && s.Status.State == v1alpha1.StateConfiguring
 	})
 	n = getNode(t, c, "n-leave")
