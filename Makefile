@@ -85,7 +85,7 @@ e2e: ## End-to-end suites of the test/ module (real kernel under QEMU, kubelet d
 	KUBEBUILDER_ASSETS=$$assets KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$${KUBEBUILDER_CONTROLPLANE_START_TIMEOUT:-60s} \
 	$(GO) test -json -count=1 -v $$($(GO) list ./... | grep -v '/test/cluster$$') | $(NOSKIP)
 
-e2e-cluster: $(NOSKIP)
+e2e-cluster: $(NOSKIP) images
 e2e-cluster: ## The one-node cluster of real parts (test/cluster): etcd, kube-apiserver, controller-manager, scheduler, containerd + runc + bridge CNI, kubelet, the images and the Helm chart (root; warm ~2 min)
 	set -o pipefail; cd test && $(GO) test -json -count=1 -v -timeout 20m ./cluster/ | $(NOSKIP)
 
