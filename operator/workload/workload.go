@@ -184,12 +184,19 @@ func GPUResource(config, resource string) bool {
 	if !strings.HasPrefix(resource, "nvidia.com/") {
 		return false
 	}
-	switch config {
-	case v1alpha1.WorkloadContainer:
-		return resource == "nvidia.com/gpu" || strings.HasPrefix(resource, "nvidia.com/mig-")
-	default:
-		return resource != "nvidia.com/gpu" && !strings.HasPrefix(resource, "nvidia.com/mig-")
+	if config == v1alpha1.WorkloadContainer {
+		return IsContainerResource(resource)
 	}
+	return !IsContainerResource(resource)
+}
+
+// IsContainerResource reports whether a resource is one NVIDIA's container
+// device plugin advertises for ordinary containers: nvidia.com/gpu, its
+// time-sliced (or MPS) nvidia.com/gpu.shared, and the MIG devices
+// nvidia.com/mig-<profile> (also .shared). Such pods hold GPUs of the
+// container config and are drained when a node leaves it.
+func IsContainerResource(resource string) bool {
+	return resource == "nvidia.com/gpu" || resource == "nvidia.com/gpu.shared" || strings.HasPrefix(resource, "nvidia.com/mig-")
 }
 
 // IsVGPUResource reports whether a resource is a vGPU type the KubeVirt

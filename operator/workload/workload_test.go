@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -138,4 +139,26 @@ func TestIsVGPUResource(t *testing.T) {
 	assert.False(t, IsVGPUResource("nvidia.com/GA102GL_A10"))
 	assert.False(t, IsVGPUResource("nvidia.com/gpu"))
 	assert.False(t, IsVGPUResource("example.com/NVIDIA_A10-4Q"))
+}
+
+// Time-sliced GPUs (nvidia.com/gpu.shared, NVIDIA's device plugin with
+// renameByDefault) are container GPUs: their pods are drained when a node
+// leaves the container config, and they never hold a VM config.
+func TestSharedGPUIsAContainerResource(t *testing.T) {
+	for res, want := range map[string]bool{
+		"nvidia.com/gpu": true, "nvidia.com/gpu.shared": true, "nvidia.com/mig-1g.10gb": true,
+		"nvidia.com/mig-1g.10gb.shared": true, "nvidia.com/pgpu": false, "nvidia.com/GA102GL_A10": false,
+		"nvidia.com/NVIDIA_A10-4Q": false, "example.com/gpu.shared": false, "nvidia.com/gpu.shared.x": false,
+	} {
+		assert.Equal(t, want, IsContainerResource(res), res)
+		assert.Equal(t, want, GPUResource("container", res), "container: %s", res)
+		if strings.HasPrefix(res, "nvidia.com/") {
+			assert.Equal(t, !want, GPUResource("vm-passthrough", res), "vm-passthrough: %s", res)
+			assert.Equal(t, !want, GPUResource("vm-vgpu", res), "vm-vgpu: %s", res)
+		}
+	}
+	shared := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"nvidia.com/gpu.shared": resource.MustParse("1")}}}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	assert.True(t, HoldsGPU(shared, "container"), "a time-sliced pod is drained")
+	assert.False(t, HoldsGPU(shared, "vm-passthrough"))
 }
