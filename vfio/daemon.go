@@ -48,6 +48,13 @@ type DaemonOptions struct {
 	// OnReport, when set, gets the report of every reconcile (a release
 	// daemon publishes it on its Node).
 	OnReport func(ctx context.Context, rep *ReadyReport)
+	// VMGPUsFrom, when set, gives the node's split at every reconcile (the
+	// Node's annotation); it overrides Desired.VMGPUs, and each change of
+	// it reconciles.
+	VMGPUsFrom *Declaration
+	// ModelNames are the pci.ids names of the vendor's devices by device
+	// id, for model:NAME declarations (nil: models by id only).
+	ModelNames map[uint16]string
 }
 
 // Daemon holds a desired state and reconciles the host towards it. It
@@ -83,6 +90,9 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 		if _, _, err := opts.Desired.Selections(); err != nil {
 			return nil, err
 		}
+	}
+	if opts.VMGPUsFrom != nil && (opts.Desired.Release || len(opts.Desired.Devices) > 0 || len(opts.Desired.Host) > 0) {
+		return nil, fmt.Errorf("daemon: %w: the GPUs split by %s: no release, devices or host", ErrBadInput, opts.VMGPUsFrom.Source)
 	}
 	d := &Daemon{opts: opts}
 	reg := opts.Registerer
@@ -136,6 +146,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		defer unlock()
 	}
+	var declChanged <-chan struct{}
+	if d.opts.VMGPUsFrom != nil {
+		declChanged = d.opts.VMGPUsFrom.Changed
+	}
 	tick := time.NewTicker(d.opts.Resync)
 	defer tick.Stop()
 	beat := time.NewTicker(d.opts.Heartbeat)
@@ -154,6 +168,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// Events may have been lost (queue overflow): reconcile anyway.
 			d.opts.Log.Error(err, "Watching the config file", "path", d.opts.ConfigFile)
 			d.reconcileAndLog(ctx, "watch error")
+		case <-declChanged:
+			d.reconcileAndLog(ctx, "vm-gpus changed")
 		case <-tick.C:
 			d.reconcileAndLog(ctx, "resync")
 		case <-beat.C:
@@ -225,7 +241,14 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		return nil, err
 	}
 	toVFIO.IgnoreMissing, toHost.IgnoreMissing = true, true
-	rep := &ReadyReport{Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}}
+	split, err := d.split(ctx, desired, toVFIO.Vendor)
+	if err != nil {
+		return nil, err
+	}
+	if split != nil && !split.all {
+		toVFIO, toHost = split.Selections(toVFIO.Vendor)
+	}
+	rep := &ReadyReport{Time: time.Now(), Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}, Split: split}
 	for _, step := range []struct {
 		sel    Selection
 		target Target
@@ -255,6 +278,11 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		}
 	}
 	rep.Ready, rep.Reason = judgeRefusals(rep.Refused)
+	if split != nil {
+		if err := d.judgeSplit(rep); err != nil {
+			return nil, err
+		}
+	}
 	if desired.Release {
 		if err := d.judgeRelease(rep, toHost.Vendor); err != nil {
 			return nil, err

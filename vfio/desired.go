@@ -30,6 +30,12 @@ type Desired struct {
 	// leaving vm-passthrough (or an uninstall) needs. It excludes All and
 	// Devices.
 	Release bool `json:"release,omitempty"`
+	// VMGPUs splits the vendor's GPUs between VMs and containers (see
+	// VMGPUs): "" or "all" is every GPU, as All; otherwise the declared
+	// GPUs go to vfio and the others back to their host driver (when
+	// idle). NVSwitches are then left where they are. It excludes Devices,
+	// Host and Release.
+	VMGPUs string `json:"vmGPUs,omitempty"`
 }
 
 // LoadDesired reads a desired-state file (YAML or JSON).
@@ -94,11 +100,22 @@ func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	if d.Vendor != 0 {
 		vendor = uint16(d.Vendor)
 	}
-	if d.Release {
+	if d.Release && d.VMGPUs == "" {
 		if d.All || len(d.Devices) > 0 {
 			return toVFIO, toHost, fmt.Errorf("%w: release returns every function of vendor %04x to its host driver: it takes no all or devices", ErrBadInput, vendor)
 		}
 		return Selection{Vendor: vendor}, Selection{All: true, Vendor: vendor, NVSwitches: true}, nil
+	}
+	if d.VMGPUs != "" {
+		if d.Release || len(d.Devices) > 0 || len(d.Host) > 0 {
+			return toVFIO, toHost, fmt.Errorf("%w: vmGPUs %q splits every GPU of vendor %04x: it takes no devices, host or release", ErrBadInput, d.VMGPUs, vendor)
+		}
+		if _, err := ParseVMGPUs(d.VMGPUs); err != nil {
+			return toVFIO, toHost, fmt.Errorf("vmGPUs: %w", err)
+		}
+		// The split is resolved against the host at each reconcile; until
+		// then it stands for every GPU.
+		return Selection{All: true, Vendor: vendor, NVSwitches: d.NVSwitches}, Selection{Vendor: vendor}, nil
 	}
 	toVFIO = Selection{All: d.All, Vendor: vendor, NVSwitches: d.NVSwitches}
 	toHost = Selection{Vendor: vendor}

@@ -20,6 +20,7 @@ import (
 //	pid        the daemon's pid (in its own PID namespace)
 //	heartbeat  when the daemon last wrote the file
 //	expires    after this, a reader takes the daemon for dead
+//	split      the VM and container GPUs of a mixed node, and those left
 type ReadyReport struct {
 	Ready     bool      `json:"ready"`
 	Reason    string    `json:"reason,omitempty"`
@@ -31,6 +32,9 @@ type ReadyReport struct {
 	PID       int       `json:"pid,omitempty"`
 	Heartbeat time.Time `json:"heartbeat"`
 	Expires   time.Time `json:"expires"`
+	// Split is how the node's GPUs split between VMs and containers, when
+	// a split is declared (vmGPUs, --vm-gpus or the Node's annotation).
+	Split *Split `json:"split,omitempty"`
 }
 
 // judgeRefusals says whether a reconcile with these refusals leaves the

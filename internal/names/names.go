@@ -59,6 +59,18 @@ const (
 	// SpecHashAnnotation on an operand DaemonSet is the hash of the spec
 	// the operator built, so an unchanged operand costs no write.
 	SpecHashAnnotation = Domain + "/spec-hash"
+	// VMGPUsAnnotation on a vm-passthrough Node says which of its GPUs go
+	// to VMs (vfio-pci); the rest stay on their host driver for
+	// containers. The admin sets it with kubectl: absent or "all" (every
+	// GPU), a count ("2"), GPU indices as nvidia-smi numbers them
+	// ("index:0,2") or a model ("model:2236", "model:A10"). The VFIO
+	// manager reads it on its own Node (vfio-manager daemon
+	// --vm-gpus-from-node).
+	VMGPUsAnnotation = Domain + "/vm-gpus"
+	// VMGPUsReportAnnotation is where the VFIO manager reports, as JSON
+	// (internal/nodereport.Split), how the node's GPUs split: which are the
+	// VM and container GPUs, and those it could not move yet and why.
+	VMGPUsReportAnnotation = Domain + "/vm-gpus-report"
 	// RequestAnnotation lets pods of allowed namespaces ask the NRI plugin
 	// for GPUs by annotation (monitoring agents).
 	RequestAnnotation = Domain + "/gpu-request"
