@@ -156,7 +156,7 @@ type Split struct {
 	// Left are the GPUs not yet where the split wants them after a
 	// reconcile (in use, or refused for another reason; see the refusals).
 	Left []host.Address `json:"left,omitempty"`
-	all  bool // every GPU: the vfio selection stays the desired state's
+	all  bool           // every GPU: the vfio selection stays the desired state's
 }
 
 // Selections are the vfio and host selections of the split: its VM GPUs
