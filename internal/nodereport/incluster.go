@@ -1,19 +1,11 @@
 package nodereport
 
 import (
-	"bytes"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -54,47 +46,9 @@ func InClusterServer() (Server, error) {
 // NodePatcher returns a PatchFunc that sends a JSON merge patch of a Node
 // to the server.
 func (s Server) NodePatcher() (PatchFunc, error) {
-	base, err := url.Parse(s.URL)
-	if err != nil || base.Scheme != "https" || base.Host == "" {
-		return nil, fmt.Errorf("API server %q: want an https:// URL", s.URL)
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(s.CA) {
-		return nil, fmt.Errorf("API server %s: no certificate in its CA", s.URL)
-	}
-	timeout := s.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	hc := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		Proxy:           http.ProxyFromEnvironment,
-	}}
-	return func(ctx context.Context, node string, patch []byte) error {
-		if node == "" || strings.ContainsAny(node, "/?#%") {
-			return fmt.Errorf("node name %q is not valid", node)
-		}
-		token, err := os.ReadFile(s.TokenFile)
-		if err != nil {
-			return fmt.Errorf("node %s: token: %w", node, err)
-		}
-		u := base.JoinPath("api", "v1", "nodes", node)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPatch, u.String(), bytes.NewReader(patch))
-		if err != nil {
-			return fmt.Errorf("node %s: %w", node, err)
-		}
-		req.Header.Set("Content-Type", "application/merge-patch+json")
-		req.Header.Set("Accept", "application/json")
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-		resp, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("node %s: patch: %w", node, err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("node %s: patch: %s: %s", node, resp.Status, strings.TrimSpace(string(body)))
-		}
-		return nil
-	}, nil
+	return c.PatchNode, nil
 }

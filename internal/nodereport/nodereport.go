@@ -5,15 +5,18 @@
 // readiness says whether the release is done; the report says why not, so
 // the operator can put the reason in the node's SandboxGPUNode status.
 //
-// The VFIO manager links no Kubernetes client: InCluster patches the Node
-// with one HTTPS request on the pod's service account.
+// The VFIO manager on a mixed node reports the same way how its GPUs split
+// (Split, in names.VMGPUsReportAnnotation), and follows the admin's
+// declaration in the Node's names.VMGPUsAnnotation with an AnnotationWatch.
+//
+// The VFIO manager links no Kubernetes client: Client patches, reads and
+// watches its Node with plain HTTPS requests on the pod's service account.
 package nodereport
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
 )
 
@@ -43,6 +46,45 @@ func Parse(s string) (Release, error) {
 	return r, nil
 }
 
+// Split is the VFIO manager's report of a mixed node, in the Node's
+// names.VMGPUsReportAnnotation:
+//
+//	declared   the Node's sandbox-gpu.io/vm-gpus ("" when absent: all)
+//	ready      every GPU is where the split wants it
+//	vm         the VM GPUs (on vfio), by PCI address
+//	container  the container GPUs (on their host driver)
+//	left       GPUs not yet where the split wants them (in use, refused)
+//	reason     why not ready, in a sentence per GPU; or why the value is bad
+type Split struct {
+	Declared  string   `json:"declared"`
+	Ready     bool     `json:"ready"`
+	VM        []string `json:"vm"`
+	Container []string `json:"container"`
+	Left      []string `json:"left,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+}
+
+// Encode is the annotation's value.
+func (s Split) Encode() string {
+	if s.VM == nil {
+		s.VM = []string{}
+	}
+	if s.Container == nil {
+		s.Container = []string{}
+	}
+	b, _ := json.Marshal(s) // strings and a bool always encode
+	return string(b)
+}
+
+// ParseSplit reads a split report.
+func ParseSplit(s string) (Split, error) {
+	var r Split
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return Split{}, fmt.Errorf("split report %q: %w", s, err)
+	}
+	return r, nil
+}
+
 // PatchFunc sends a JSON merge patch of the named Node.
 type PatchFunc func(ctx context.Context, node string, patch []byte) error
 
@@ -53,27 +95,34 @@ type Publisher struct {
 	Annotation string
 	Patch      PatchFunc
 
-	mu   sync.Mutex
-	last *Release
+	mu      sync.Mutex
+	written bool
+	last    string
 }
 
 // Publish writes r unless it was the last report written.
 func (p *Publisher) Publish(ctx context.Context, r Release) error {
+	return p.PublishValue(ctx, r.Encode())
+}
+
+// PublishValue writes value (an encoded report: Release, Split) unless it
+// was the last value written.
+func (p *Publisher) PublishValue(ctx context.Context, value string) error {
 	if p == nil || p.Patch == nil || p.Node == "" {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.last != nil && p.last.Done == r.Done && p.last.Reason == r.Reason && slices.Equal(p.last.Left, r.Left) {
+	if p.written && p.last == value {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{p.Annotation: r.Encode()}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{p.Annotation: value}}})
 	if err != nil {
-		return fmt.Errorf("node %s: release report: %w", p.Node, err)
+		return fmt.Errorf("node %s: %s: %w", p.Node, p.Annotation, err)
 	}
 	if err := p.Patch(ctx, p.Node, patch); err != nil {
 		return fmt.Errorf("node %s: publish %s: %w", p.Node, p.Annotation, err)
 	}
-	p.last = &r
+	p.written, p.last = true, value
 	return nil
 }

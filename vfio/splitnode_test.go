@@ -1,0 +1,140 @@
+package vfio
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+)
+
+// startAPIServer runs a real kube-apiserver and etcd for one test.
+func startAPIServer(t *testing.T) *rest.Config {
+	t.Helper()
+	testutil.EnvtestAssets(t)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	require.NoError(t, err, "envtest")
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("envtest stop: %v", err)
+		}
+	})
+	return cfg
+}
+
+// nodeClient is the daemon's minimal client on the test's API server
+// (client certificates instead of the pod's token).
+func nodeClient(t *testing.T, cfg *rest.Config) *nodereport.Client {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	host := cfg.Host
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	base, err := url.Parse(host)
+	require.NoError(t, err)
+	return &nodereport.Client{Base: base, HTTP: hc}
+}
+
+func annotateNode(t *testing.T, cs kubernetes.Interface, node, value string) {
+	t.Helper()
+	v := `"` + value + `"`
+	if value == "-" {
+		v = "null"
+	}
+	_, err := cs.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+names.VMGPUsAnnotation+`":`+v+`}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+func splitAnnotation(t *testing.T, cs kubernetes.Interface, node string) (nodereport.Split, bool) {
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	require.NoError(t, err)
+	v, ok := n.Annotations[names.VMGPUsReportAnnotation]
+	if !ok {
+		return nodereport.Split{}, false
+	}
+	s, err := nodereport.ParseSplit(v)
+	require.NoError(t, err)
+	return s, true
+}
+
+// TestDaemonFollowsItsNodesAnnotation: on a real API server, the VFIO
+// manager follows its Node's sandbox-gpu.io/vm-gpus as the admin changes
+// it with a patch (2, then 3, then a bad value, then none: every GPU),
+// with no resync, and publishes each split in
+// sandbox-gpu.io/vm-gpus-report; the bad value moves nothing and is
+// reported naming node, annotation and value.
+func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
+	cfg := startAPIServer(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	const node = "gpu-1"
+	_, err = cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
+		Annotations: map[string]string{names.VMGPUsAnnotation: "2"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	k, h := buildFixture(t, "hgx-h100")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := NewNodeSplit(nodeClient(t, cfg), node, logr.Discard())
+	go ns.Run(ctx)
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Resync: time.Hour, Log: logr.Discard(),
+		VMGPUsFrom: ns.Declaration(), OnReport: ns.Publish})
+	require.NoError(t, err)
+	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { rd.done <- d.Run(ctx) }()
+
+	published := func(what string, cond func(nodereport.Split) bool) nodereport.Split {
+		t.Helper()
+		var s nodereport.Split
+		eventually(t, what, func() bool {
+			var ok bool
+			s, ok = splitAnnotation(t, cs, node)
+			return ok && cond(s)
+		})
+		return s
+	}
+	s := published("two VM GPUs", func(s nodereport.Split) bool { return s.Ready && s.Declared == "2" })
+	assert.Equal(t, []string{"0000:9a:00.0", "0000:ab:00.0"}, s.VM)
+	assert.Len(t, s.Container, 6)
+	assert.True(t, onDrivers(k, "vfio-pci", hgx(4, 5)))
+
+	annotateNode(t, cs, node, "3")
+	s = published("three VM GPUs", func(s nodereport.Split) bool { return s.Ready && s.Declared == "3" })
+	assert.Equal(t, []string{"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0"}, s.VM)
+	assert.True(t, onDrivers(k, "vfio-pci", hgx(4, 5, 6)))
+
+	before := drivers(k)
+	annotateNode(t, cs, node, "three")
+	s = published("the bad value reported", func(s nodereport.Split) bool { return !s.Ready && s.Declared == "three" })
+	assert.Contains(t, s.Reason, `node gpu-1: annotation sandbox-gpu.io/vm-gpus: bad input: "three"`)
+	ok, detail := d.Readiness()
+	assert.False(t, ok)
+	assert.Contains(t, detail.(*ReadyReport).Reason, `"three"`)
+	assert.Equal(t, before, drivers(k), "a bad value moves nothing")
+
+	annotateNode(t, cs, node, "-")
+	s = published("every GPU", func(s nodereport.Split) bool { return s.Ready && s.Declared == "" })
+	assert.Len(t, s.VM, 8)
+	assert.Empty(t, s.Container)
+	assert.True(t, onDrivers(k, "vfio-pci", hgxGPUs))
+	rd.stop(t)
+	assert.Empty(t, k.Violations())
+}
