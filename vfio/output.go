@@ -98,6 +98,9 @@ type ChangeReport struct {
 	DryRun  bool      `json:"dryRun"`
 	Actions []Action  `json:"actions"`
 	Refused []Refusal `json:"refused"`
+	// Split is the split planned or applied (--vm-gpus): the VM and the
+	// container GPUs.
+	Split *Split `json:"split,omitempty"`
 }
 
 // PlanReport renders a plan (nothing done).
@@ -154,7 +157,14 @@ func WriteChangeTable(w io.Writer, r ChangeReport) error {
 	if r.DryRun {
 		verb = "PLANNED"
 	}
-	if len(r.Actions) == 0 && len(r.Refused) == 0 {
+	if r.Split != nil {
+		writeSplit(tw, r.Split)
+	}
+	switch {
+	case len(r.Actions) > 0 || len(r.Refused) > 0:
+	case r.Split != nil:
+		fmt.Fprintln(tw, "Nothing to do: every GPU is where the split wants it")
+	default:
 		fmt.Fprintf(tw, "Nothing to do: every selected function is on its %s driver\n", r.Target)
 	}
 	if len(r.Actions) > 0 {

@@ -55,6 +55,37 @@ type common struct {
 	noModprobe bool
 	lockFile   string
 	kubelet    socketFlag
+	vmGPUs     string
+	pciIDs     string
+}
+
+// registerSplit adds the mixed-node flags (plan, bind, daemon).
+func (c *common) registerSplit(fs *flag.FlagSet) {
+	fs.StringVar(&c.vmGPUs, "vm-gpus", "", "split the GPUs of --vendor between VMs (vfio) and containers (host driver): all, a count (2, "+
+		"NUMA-aware), indices as nvidia-smi numbers the GPUs (index:0,2) or a model (model:2236, or model:A10 with --pci-ids); "+
+		"the others return to their host driver when idle, NVSwitches stay where they are")
+	fs.StringVar(&c.pciIDs, "pci-ids", "", "pci.ids file whose device names --vm-gpus model:NAME matches (empty: models by device id only)")
+}
+
+// split parses --vm-gpus and reads --pci-ids; ok is false without
+// --vm-gpus.
+func (c *common) split() (v vfio.VMGPUs, names map[uint16]string, ok bool, err error) {
+	if c.pciIDs != "" {
+		vendor, err := host.ParseID(c.vendor)
+		if err != nil {
+			return v, nil, false, shell.Usagef("--vendor: %v", err)
+		}
+		if names, err = vfio.ModelNames(c.pciIDs, vendor); err != nil {
+			return v, nil, false, fmt.Errorf("--pci-ids: %w", err)
+		}
+	}
+	if c.vmGPUs == "" {
+		return v, names, false, nil
+	}
+	if v, err = vfio.ParseVMGPUs(c.vmGPUs); err != nil {
+		return v, nil, false, fmt.Errorf("--vm-gpus: %w", err)
+	}
+	return v, names, true, nil
 }
 
 // socketFlag is the kubelet PodResources socket flag, remembering whether

@@ -22,8 +22,8 @@ func daemonCommand() *shell.Command {
 	var c common
 	var config, readyDir, nodeName string
 	var resync, heartbeat time.Duration
-	var release bool
-	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--ready-dir DIR] [--health-addr ADDR]",
+	var release, fromNode bool
+	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--vm-gpus SPLIT | --vm-gpus-from-node] [--ready-dir DIR] [--health-addr ADDR]",
 		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: ":8081", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, true)
@@ -35,6 +35,10 @@ func daemonCommand() *shell.Command {
 				"hold the host lock while running; ready once none is left on vfio. In a pod, the report goes to its Node's "+
 				names.ReleaseReportAnnotation("vfio-manager")+" annotation")
 			fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose annotation takes the release report (default $NODE_NAME)")
+			c.registerSplit(fs)
+			fs.BoolVar(&fromNode, "vm-gpus-from-node", false, "split the GPUs as this node's "+names.VMGPUsAnnotation+" annotation says (the --vm-gpus syntax; "+
+				"absent: every GPU), following its changes: the pod's service account gets, lists and watches its Node and patches the split's report into "+
+				names.VMGPUsReportAnnotation+"; nothing moves until the Node is read")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			vendor, err := host.ParseID(c.vendor)
@@ -47,7 +51,17 @@ func daemonCommand() *shell.Command {
 			if release && (config != "" || c.all || len(c.devices) > 0) {
 				return shell.Usagef("--release returns every function of the vendor: it takes no --config, --all or --device")
 			}
-			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices, Release: release}
+			_, modelNames, splitting, err := c.split()
+			if err != nil {
+				return err
+			}
+			if (splitting || fromNode) && (release || config != "" || len(c.devices) > 0) {
+				return shell.Usagef("--vm-gpus and --vm-gpus-from-node split every GPU of the vendor: they take no --release, --config or --device")
+			}
+			if splitting && fromNode {
+				return shell.Usagef("--vm-gpus and --vm-gpus-from-node exclude each other")
+			}
+			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices, Release: release, VMGPUs: c.vmGPUs}
 			if config == "" && !release && !c.all && len(c.devices) == 0 {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
@@ -60,9 +74,18 @@ func daemonCommand() *shell.Command {
 			if release {
 				report = releasePublisher(env, nodeName)
 			}
+			var decl *vfio.Declaration
+			if fromNode {
+				ns, err := nodeSplit(env, nodeName)
+				if err != nil {
+					return err
+				}
+				go ns.Run(ctx)
+				decl, report = ns.Declaration(), ns.Publish
+			}
 			d, err := vfio.NewDaemon(vfio.DaemonOptions{Allocations: alloc, Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
 				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics,
-				OnReport: report})
+				OnReport: report, VMGPUsFrom: decl, ModelNames: modelNames})
 			if err != nil {
 				return err
 			}
@@ -93,4 +116,21 @@ func releasePublisher(env *shell.Env, node string) func(context.Context, *vfio.R
 			env.Log.Error(err, "Cannot publish the release report")
 		}
 	}
+}
+
+// nodeSplit follows the node's split declaration through the pod's service
+// account.
+func nodeSplit(env *shell.Env, node string) (*vfio.NodeSplit, error) {
+	if node == "" {
+		return nil, shell.Usagef("--vm-gpus-from-node: no node name (set --node-name or NODE_NAME)")
+	}
+	srv, err := nodereport.InClusterServer()
+	if err != nil {
+		return nil, fmt.Errorf("--vm-gpus-from-node: node %s: %w", node, err)
+	}
+	client, err := srv.Client()
+	if err != nil {
+		return nil, fmt.Errorf("--vm-gpus-from-node: node %s: %w", node, err)
+	}
+	return vfio.NewNodeSplit(client, node, env.Log.WithName("vm-gpus")), nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -16,6 +17,9 @@ func onceCommand(name, synopsis, summary string) *shell.Command {
 	return &shell.Command{Name: name, Synopsis: synopsis, Summary: summary, Roots: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, name != "status")
+			if name == "plan" || name == "bind" {
+				c.registerSplit(fs)
+			}
 			if name == "plan" {
 				fs.StringVar(&to, "to", "vfio", "target: vfio or host")
 			}
@@ -36,7 +40,14 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 	if err != nil {
 		return err
 	}
-	if cmd != "status" && !sel.All && len(sel.Devices) == 0 {
+	split, names, splitting, err := c.split()
+	if err != nil {
+		return err
+	}
+	if splitting && (sel.All || len(sel.Devices) > 0 || cmd == "plan" && to != "vfio") {
+		return shell.Usagef("%s: --vm-gpus splits every GPU of --vendor: it takes no --all, --device or --to", cmd)
+	}
+	if cmd != "status" && !sel.All && len(sel.Devices) == 0 && !splitting {
 		return shell.Usagef("%s: select functions with --all or --device BDF", cmd)
 	}
 	h := c.host(env, !c.noModprobe)
@@ -83,6 +94,9 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 	}
 	vfio.LogWarnings(env.Log, planner.Warnings)
 	planner.UseKubelet(ctx, alloc)
+	if splitting {
+		return runSplit(ctx, env, c, planner, split, names, sel.Vendor, cmd == "plan", vfio.ApplyOptions{Sequential: sequential, Allocations: alloc})
+	}
 	plan, err := planner.Plan(sel, target)
 	if err != nil {
 		return err
@@ -93,6 +107,11 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 	} else {
 		report = vfio.ResultReport(vfio.Apply(ctx, h, plan, vfio.ApplyOptions{Sequential: sequential, Allocations: alloc}))
 	}
+	return writeChange(env, c, report)
+}
+
+func writeChange(env *shell.Env, c *common, report vfio.ChangeReport) error {
+	var err error
 	if c.output == "json" {
 		err = vfio.WriteJSON(env.Stdout, report)
 	} else {
@@ -105,4 +124,19 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		return shell.Quiet(shell.ErrRefused) // the report names each refusal
 	}
 	return nil
+}
+
+// runSplit plans (or binds) a --vm-gpus split: the container GPUs back to
+// their host drivers, the VM GPUs to vfio.
+func runSplit(ctx context.Context, env *shell.Env, c *common, planner *vfio.Planner, v vfio.VMGPUs, names map[uint16]string,
+	vendor uint16, dryRun bool, opts vfio.ApplyOptions) error {
+	plans, err := planner.PlanSplit(v, vendor, names)
+	if err != nil {
+		return fmt.Errorf("--vm-gpus: %w", err)
+	}
+	plans.Split.Source = "--vm-gpus"
+	if dryRun {
+		return writeChange(env, c, plans.Report())
+	}
+	return writeChange(env, c, plans.Apply(ctx, planner, opts))
 }
