@@ -192,6 +192,10 @@ func (h *Host) nvidiaMinor(a Address) (int, bool) {
 	return n, err == nil
 }
 
+// GPUMinor is the minor of the GPU's /dev/nvidia<minor>, as the NVIDIA
+// driver gives it (and NVML reports it); false when the driver does not say.
+func (h *Host) GPUMinor(a Address) (int, bool) { return h.nvidiaMinor(a) }
+
 // GPUUUID is the UUID the NVIDIA driver gives the GPU at a ("GPU-..."), as
 // NVIDIA's device plugin advertises it; false when the GPU is not on the
 // nvidia driver (or the driver does not say).
