@@ -110,7 +110,7 @@ func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 	newNode(t, c, "vap-a", nil)
 	newNode(t, c, "vap-b", nil)
 	cfg := rest.CopyConfig(testCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-node",
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-validator",
 		Groups: []string{"system:serviceaccounts", "system:authenticated"},
 		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"vap-a"}}}
 	daemon, err := client.New(cfg, client.Options{Scheme: testScheme})

@@ -20,7 +20,7 @@ import (
 )
 
 // The shipped admission policy and RBAC let the vGPU device manager (a node
-// daemon: the sandbox-gpu-node account, its token bound to its node) do
+// daemon: its own sandbox-gpu-vgpu-device-manager account, its token bound to its node) do
 // exactly what it does: set its own Node's nvidia.com/vgpu.config.state to
 // pending, success or failed by merge patch, and create Events about it in
 // namespace default. Nothing else under nvidia.com/, on no other Node.
@@ -34,7 +34,7 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 	newNode(t, c, "vgpu-vap-a", map[string]string{names.VGPUConfigLabel: "A10-4Q", names.WorkloadConfigLabel: "vm-vgpu"})
 	newNode(t, c, "vgpu-vap-b", nil)
 	cfg := rest.CopyConfig(testCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-node",
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-vgpu-device-manager",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:sandbox-gpu", "system:authenticated"},
 		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"vgpu-vap-a"}}}
 	daemon, err := client.New(cfg, client.Options{Scheme: testScheme})

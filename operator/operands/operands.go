@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -89,13 +90,23 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			devicePlugin(ds, o)
-			mount(ds, "cdi", "/var/run/cdi", false)
+			// Its specs go to /etc/cdi, which the runtime reads before
+			// /var/run/cdi (later folders win): whatever it writes cannot
+			// shadow an nvidia.com/gpu spec in /var/run/cdi. It mounts no
+			// other CDI folder.
+			c := &ds.Spec.Template.Spec.Containers[0]
+			c.Args = append(c.Args, "--cdi-dir="+KataCDIDir)
+			mount(ds, "cdi", KataCDIDir, false)
 		}},
 	names.NRIPlugin: {binary: "nri-gpu-plugin",
-		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
+		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin.OperandSpec },
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = []string{"--health-addr=:8083"}
+			hooks := p.NRIPlugin.CDIHooks
+			if hooks == "" {
+				hooks = v1alpha1.CDIHooksNVIDIA
+			}
+			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
 			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
 			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
@@ -108,7 +119,6 @@ var builders = map[string]builder{
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"--health-addr=:8082"}
-			apiAccess(ds)
 			// Reads the VFIO manager's and the KubeVirt plugin's files; it
 			// may start first, so the folder is created if missing.
 			mount(ds, "run", "/run/sandbox-gpu", false)
@@ -162,6 +172,10 @@ func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 	return b.spec(p).IsEnabled()
 }
 
+// KataCDIDir is where the Kata device plugin's DaemonSet has it write its
+// CDI specs (the binary's default, /var/run/cdi, outranks it).
+const KataCDIDir = "/etc/cdi"
+
 // DaemonSetName is the name of an operand's DaemonSet.
 func DaemonSetName(operand string) string { return "sandbox-gpu-" + operand }
 
@@ -183,6 +197,8 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{names.OperandLabel: operand}}
 	ds.Spec.Template.Labels = labels
 	ds.Spec.Template.Spec.NodeSelector = map[string]string{names.DeployLabel(operand): "true"}
+	ds.Spec.Template.Spec.ServiceAccountName = ServiceAccountName(operand)
+	apiAccess(ds, operand)
 	if b.releases != "" {
 		ds.Spec.Template.Spec.NodeSelector = map[string]string{names.ReleaseLabel(b.releases): "true"}
 	}
@@ -220,9 +236,10 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	return ds, nil
 }
 
-// apiAccess gives the operand its service account token (off by default).
-func apiAccess(ds *appsv1.DaemonSet) {
-	on := true
+// apiAccess gives the operand its service account token when it talks to
+// the API server (APIClients); the base manifest turns it off.
+func apiAccess(ds *appsv1.DaemonSet, operand string) {
+	on := slices.Contains(APIClients(), operand)
 	ds.Spec.Template.Spec.AutomountServiceAccountToken = &on
 }
 

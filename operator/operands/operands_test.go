@@ -2,6 +2,7 @@ package operands
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -104,6 +105,98 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}
+	}
+}
+
+// One service account per operand: no two operands share an identity, so
+// a token grants only its own operand's RBAC.
+func TestEveryOperandHasItsOwnServiceAccount(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	seen := map[string]string{}
+	for _, op := range Names() {
+		ds, err := Build(op, p, opts)
+		require.NoError(t, err, op)
+		sa := ds.Spec.Template.Spec.ServiceAccountName
+		assert.Equal(t, ServiceAccountName(op), sa, op)
+		if other, dup := seen[sa]; dup {
+			t.Errorf("%s and %s share the service account %s", op, other, sa)
+		}
+		seen[sa] = op
+	}
+	assert.Equal(t, "sandbox-gpu-vfio-manager", ServiceAccountName(names.VFIOManager))
+	assert.Equal(t, "sandbox-gpu-vfio-manager-release", ServiceAccountName(names.ReleaseOperand(names.VFIOManager)))
+	assert.Equal(t, DiscoveryServiceAccount, ServiceAccountName(names.GPUDiscovery))
+	assert.Len(t, ServiceAccounts(), len(Names()))
+}
+
+// The Kata device plugin writes its CDI specs to /etc/cdi and mounts no
+// other CDI folder: /var/run/cdi outranks /etc/cdi (a later folder wins
+// for the same device name), so nothing it writes can shadow an
+// nvidia.com/gpu spec there. The binary's own default stays /var/run/cdi.
+func TestKataPluginWritesOnlyEtcCDI(t *testing.T) {
+	ds, err := Build(names.KataDevicePlugin, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+	require.NoError(t, err)
+	c := ds.Spec.Template.Spec.Containers[0]
+	assert.Contains(t, c.Args, "--cdi-dir=/etc/cdi")
+	var cdiMounts []string
+	for _, m := range c.VolumeMounts {
+		if strings.Contains(m.MountPath, "cdi") {
+			cdiMounts = append(cdiMounts, m.MountPath)
+			assert.False(t, m.ReadOnly, "it writes its specs there")
+		}
+	}
+	assert.Equal(t, []string{"/etc/cdi"}, cdiMounts)
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			assert.NotContains(t, v.HostPath.Path, "/run/cdi", "no host /var/run/cdi (or /run/cdi) volume")
+		}
+	}
+	// The NRI plugin still reads both folders, read-only.
+	ds, err = Build(names.NRIPlugin, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+	require.NoError(t, err)
+	ro := map[string]bool{}
+	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+		ro[m.MountPath] = m.ReadOnly
+	}
+	assert.Equal(t, map[string]bool{"/etc/cdi": true, "/var/run/cdi": true}, map[string]bool{"/etc/cdi": ro["/etc/cdi"], "/var/run/cdi": ro["/var/run/cdi"]})
+}
+
+// spec.nriPlugin.cdiHooks reaches the NRI plugin as --cdi-hooks, nvidia
+// when unset (the CRD's default too).
+func TestNRICDIHooksKnob(t *testing.T) {
+	for hooks, want := range map[string]string{"": "nvidia", "nvidia": "nvidia", "none": "none", "any": "any"} {
+		p := &v1alpha1.SandboxGPUPolicySpec{}
+		p.NRIPlugin.CDIHooks = hooks
+		ds, err := Build(names.NRIPlugin, p, opts)
+		require.NoError(t, err)
+		var got []string
+		for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--cdi-hooks") {
+				got = append(got, a)
+			}
+		}
+		assert.Equal(t, []string{"--cdi-hooks=" + want}, got, "cdiHooks %q", hooks)
+	}
+}
+
+// A vendor other than NVIDIA comes with its PCI class filter (the CRD
+// requires one): each class reaches the VFIO manager and its release as
+// --class, so neither takes the vendor's other functions.
+func TestVFIOManagerClassFilter(t *testing.T) {
+	p := &v1alpha1.SandboxGPUPolicySpec{}
+	p.VFIOManager.Vendor = "1002"
+	p.VFIOManager.AllowOtherVendors = true
+	p.VFIOManager.PCIClasses = []string{"0300", "0302"}
+	for _, op := range []string{names.VFIOManager, names.ReleaseOperand(names.VFIOManager)} {
+		ds, err := Build(op, p, opts)
+		require.NoError(t, err)
+		args := ds.Spec.Template.Spec.Containers[0].Args
+		assert.Subset(t, args, []string{"--vendor=1002", "--class=0300", "--class=0302"}, op)
+	}
+	ds, err := Build(names.VFIOManager, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+	require.NoError(t, err)
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		assert.NotContains(t, a, "--class", "no filter unless the policy gives one")
 	}
 }
 

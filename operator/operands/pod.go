@@ -8,18 +8,48 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
-// Service accounts of the operand pods (created by the chart and
-// manifests/operator/operator.yaml; the admission policy names both).
+// Service accounts of the operand pods: one per operand (created by the
+// chart and manifests/operator/operator.yaml), so that each identity has
+// only its own RBAC; the admission policy names them all.
 const (
-	// NodeServiceAccount runs the node daemons (the base manifest's).
-	NodeServiceAccount = "sandbox-gpu-node"
 	// DiscoveryServiceAccount runs the GPU discovery agent: it may read
 	// Nodes and patch only its own Node's sandbox-gpu.io/gpu.* labels.
 	DiscoveryServiceAccount = "sandbox-gpu-discovery"
 )
+
+// ServiceAccountName is the service account an operand's pods run as:
+// sandbox-gpu-<operand> (the DaemonSet's name), sandbox-gpu-discovery for
+// the GPU discovery agent.
+func ServiceAccountName(operand string) string {
+	if operand == names.GPUDiscovery {
+		return DiscoveryServiceAccount
+	}
+	return DaemonSetName(operand)
+}
+
+// ServiceAccounts lists every operand's service account, sorted.
+func ServiceAccounts() []string {
+	out := make([]string, 0, len(builders))
+	for _, op := range Names() {
+		out = append(out, ServiceAccountName(op))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// APIClients are the operands that talk to the API server and so get a
+// token; every other operand's pods have none. The validator and the vGPU
+// device manager watch and patch their own Node (the vGPU device manager
+// also creates Events), the release daemons publish their report on it,
+// the discovery agent labels it.
+func APIClients() []string {
+	return []string{names.GPUDiscovery, names.Validator, names.VGPUDeviceManager,
+		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
+}
 
 // DiscoveryPort is the GPU discovery agent's /healthz, /readyz and
 // /metrics port (the default of sandbox-gpu-validator discover).
@@ -94,8 +124,6 @@ func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	c.Args = []string{"discover", fmt.Sprintf("--health-addr=:%d", DiscoveryPort)}
-	apiAccess(ds)
-	spec.ServiceAccountName = DiscoveryServiceAccount
 	spec.NodeSelector = map[string]string{corev1.LabelOSStable: "linux"}
 	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	nonRoot := true

@@ -32,6 +32,9 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 	if v := p.VFIOManager.Vendor; v != "" {
 		c.Args = append(c.Args, "--vendor="+v)
 	}
+	for _, class := range p.VFIOManager.PCIClasses {
+		c.Args = append(c.Args, "--class="+class)
+	}
 	c.Args = append(c.Args, "--pod-resources-socket="+PodResourcesSocket)
 	ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
 	ds.Spec.Template.Spec.HostNetwork = true
@@ -52,7 +55,6 @@ func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.RunDir, fmt.Sprintf("--health-addr=:%d", VFIOReleasePort)}
 	vfioManager(ds, p, o, VFIOReleasePort)
-	apiAccess(ds)
 }
 
 // vgpuRelease shapes `vgpu-device-manager run --release`: every vGPU
@@ -62,7 +64,6 @@ func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Optio
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", fmt.Sprintf("--health-addr=:%d", VGPUReleasePort)}
-	apiAccess(ds)
 	spec.HostPID = true
 	hostRoots(ds, o, true, func() {
 		mount(ds, "sys", "/sys", false)

@@ -60,7 +60,6 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 	}
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
-	apiAccess(ds)
 	spec.HostPID = true
 	hostRoots(ds, o, true, func() {
 		mount(ds, "sys", "/sys", false)

@@ -64,7 +64,7 @@ func TestVGPUDeviceManagerDaemonSet(t *testing.T) {
 	assert.True(t, *c.SecurityContext.Privileged)
 	require.NotNil(t, spec.AutomountServiceAccountToken)
 	assert.True(t, *spec.AutomountServiceAccountToken, "it labels its own Node")
-	assert.Equal(t, NodeServiceAccount, spec.ServiceAccountName)
+	assert.Equal(t, "sandbox-gpu-vgpu-device-manager", spec.ServiceAccountName, "its own account")
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the selected config is applied")
 	assert.Equal(t, int32(VGPUDeviceManagerPort), c.ReadinessProbe.HTTPGet.Port.IntVal)
 	assert.Equal(t, []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: VGPUDeviceManagerPort, Protocol: corev1.ProtocolTCP}}, c.Ports)

@@ -194,9 +194,9 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	require.NoError(t, err)
 	require.NoError(t, waitOperandGone(ctx, c, names.KubeVirtDevicePlugin, stepWithin))
 	require.NoError(t, waitAllocatable(ctx, c, pgpuResource, 1, stepWithin))
-	specs, err := filepath.Glob(filepath.Join(c.CDIDir(), "sandbox-gpu-kata-*"))
+	specs, err := filepath.Glob(filepath.Join(c.HostPath("/etc/cdi"), "sandbox-gpu-kata-*")) // the DaemonSet's --cdi-dir
 	require.NoError(t, err)
-	require.Len(t, specs, 1, "the Kata plugin's CDI spec in the node's /var/run/cdi")
+	require.Len(t, specs, 1, "the Kata plugin's CDI spec in the node's /etc/cdi (never /var/run/cdi, which would outrank an nvidia.com/gpu spec)")
 	data, err := os.ReadFile(specs[0])
 	require.NoError(t, err)
 	t.Logf("%s:\n%s", specs[0], indent(string(data)))

@@ -8,6 +8,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 // wantSpec checks that every dotted path under obj's spec holds the wanted value.
@@ -45,7 +47,9 @@ func TestDefaultsRenderAndDryRun(t *testing.T) {
 		counts[obj.GetKind()]++
 	}
 	want := map[string]int{
-		"Namespace": 1, "ServiceAccount": 3, "Deployment": 1, "ClusterRole": 3, "Role": 2, "ClusterRoleBinding": 3,
+		// The operator's account and one per operand (operands.ServiceAccounts); ClusterRoles: the
+		// operator's, sandbox-gpu-node, sandbox-gpu-node-report and sandbox-gpu-discovery.
+		"Namespace": 1, "ServiceAccount": 1 + len(operands.ServiceAccounts()), "Deployment": 1, "ClusterRole": 4, "Role": 2, "ClusterRoleBinding": 4,
 		"RoleBinding": 2, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 		"SandboxGPUPolicy": 1,
 	}
@@ -149,7 +153,7 @@ func TestOperatorNamespaceOverride(t *testing.T) {
 		t.Fatalf("rendered %d ValidatingAdmissionPolicy objects, want 1", len(vaps))
 	}
 	conds, _, _ := unstructured.NestedSlice(vaps[0].Object, "spec", "matchConditions")
-	want := "system:serviceaccount:" + otherNamespace + ":sandbox-gpu-node"
+	want := "system:serviceaccount:" + otherNamespace + ":sandbox-gpu-validator"
 	var matched bool
 	for _, c := range conds {
 		expr, _, _ := unstructured.NestedString(c.(map[string]interface{}), "expression")

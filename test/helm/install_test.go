@@ -155,13 +155,16 @@ func TestNamespaceForPodSecurity(t *testing.T) {
 		_ = k8sClient.Delete(context.Background(), privileged)
 		_ = k8sClient.Delete(context.Background(), baseline)
 	})
+	ops := []string{names.VFIOManager, names.VGPUDeviceManager, names.VGPUManager}
 	for _, ns := range []string{privileged.GetName(), baseline.Name} {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operands.NodeServiceAccount, Namespace: ns}}
-		if err := k8sClient.Create(ctx, sa); err != nil {
-			t.Fatal(err)
+		for _, op := range ops {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operands.ServiceAccountName(op), Namespace: ns}}
+			if err := k8sClient.Create(ctx, sa); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	for _, op := range []string{names.VFIOManager, names.VGPUDeviceManager, names.VGPUManager} {
+	for _, op := range ops {
 		if err := operandPod(ctx, t, op, privileged.GetName()); err != nil {
 			t.Errorf("%s refused in the chart's namespace: %v", op, err)
 		}

@@ -49,7 +49,7 @@ func TestKustomizeManifestsMatchTheChart(t *testing.T) {
 	}
 	fields := map[string][][]string{
 		"Namespace":                        {{"metadata", "labels"}},
-		"ServiceAccount":                   {{"metadata", "namespace"}},
+		"ServiceAccount":                   {{"metadata", "namespace"}, {"automountServiceAccountToken"}},
 		"ClusterRole":                      {{"rules"}},
 		"Role":                             {{"metadata", "namespace"}, {"rules"}},
 		"ClusterRoleBinding":               {{"roleRef"}, {"subjects"}},

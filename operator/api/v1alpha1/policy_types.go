@@ -68,16 +68,33 @@ type OperandSpec struct {
 func (o OperandSpec) IsEnabled() bool { return o.Enabled == nil || *o.Enabled }
 
 // VFIOManagerSpec configures the VFIO manager.
+// +kubebuilder:validation:XValidation:rule="!has(self.vendor) || self.vendor.matches('^(0x)?0*10[dD][eE]$') || (has(self.allowOtherVendors) && self.allowOtherVendors)",message="vfioManager.vendor must be NVIDIA's 10de: another vendor needs vfioManager.allowOtherVendors: true and a vfioManager.pciClasses filter (the VFIO manager takes every function of the vendor, which could be a NIC or an NVMe drive)"
+// +kubebuilder:validation:XValidation:rule="!has(self.vendor) || self.vendor.matches('^(0x)?0*10[dD][eE]$') || (has(self.pciClasses) && size(self.pciClasses) > 0)",message="vfioManager.pciClasses is required when vfioManager.vendor is not NVIDIA's 10de: name the PCI classes to take (03 display controllers, 0302 3D controllers)"
 type VFIOManagerSpec struct {
 	OperandSpec `json:",inline"`
 	// NVSwitches binds NVSwitches to vfio too.
 	// +optional
 	NVSwitches bool `json:"nvswitches,omitempty"`
-	// Vendor is the PCI vendor id whose functions are managed (hex).
+	// Vendor is the PCI vendor id whose functions are managed (hex):
+	// NVIDIA's 10de unless AllowOtherVendors is set.
 	// +kubebuilder:validation:Pattern=`^(0x)?[0-9a-fA-F]{1,4}$`
 	// +kubebuilder:default="10de"
 	// +optional
 	Vendor string `json:"vendor,omitempty"`
+	// AllowOtherVendors lets Vendor name a vendor other than NVIDIA; such a
+	// policy must also give PCIClasses, so that the VFIO manager never
+	// takes the vendor's other functions (network cards, NVMe drives).
+	// +optional
+	AllowOtherVendors bool `json:"allowOtherVendors,omitempty"`
+	// PCIClasses limit the functions the VFIO manager takes to these PCI
+	// class codes (hex prefixes of the 24-bit class: 03 display
+	// controllers, 0302 3D controllers, 030000 VGA); required for a vendor
+	// other than NVIDIA. Passed to the VFIO manager as --class.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Pattern=`^([0-9a-fA-F]{2}){1,3}$`
+	// +optional
+	PCIClasses []string `json:"pciClasses,omitempty"`
 }
 
 // VGPUManagerSpec configures the vGPU host driver: NVIDIA's vgpu-manager
@@ -159,6 +176,27 @@ type VGPUConfig struct {
 	Default string `json:"default,omitempty"`
 }
 
+// CDI hook policies of the NRI plugin (its --cdi-hooks).
+const (
+	CDIHooksNVIDIA = "nvidia"
+	CDIHooksNone   = "none"
+	CDIHooksAny    = "any"
+)
+
+// NRIPluginSpec configures the NRI plugin.
+type NRIPluginSpec struct {
+	OperandSpec `json:",inline"`
+	// CDIHooks are the OCI hooks a GPU CDI spec may bring into a
+	// container: nvidia (only NVIDIA's toolkit hooks at their installed
+	// paths), none (specs without hooks, as generate-cdi writes them), or
+	// any (trust every CDI writer on the node). A container whose GPU spec
+	// brings another hook is refused.
+	// +kubebuilder:validation:Enum=nvidia;none;any
+	// +kubebuilder:default=nvidia
+	// +optional
+	CDIHooks string `json:"cdiHooks,omitempty"`
+}
+
 // KubeVirtSpec configures the KubeVirt integration.
 type KubeVirtSpec struct {
 	// ManagePermittedHostDevices keeps the KubeVirt CR's
@@ -184,8 +222,12 @@ type DrainSpec struct {
 	// node waits until they finish.
 	// +optional
 	Evict bool `json:"evict,omitempty"`
-	// Timeout after which a node that still has GPU users is marked failed.
+	// Timeout after which a node that still has GPU users is marked failed:
+	// a non-negative Go duration (10m, 90s, 1h30m).
 	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('0s')",message="drain.timeout must be a non-negative Go duration such as 10m, 90s or 1h30m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
@@ -246,7 +288,7 @@ type SandboxGPUPolicySpec struct {
 	VGPUDeviceManager VGPUDeviceManagerSpec `json:"vgpuDeviceManager,omitempty"`
 	// NRIPlugin injects allocated GPUs into ordinary containers.
 	// +optional
-	NRIPlugin OperandSpec `json:"nriPlugin,omitempty"`
+	NRIPlugin NRIPluginSpec `json:"nriPlugin,omitempty"`
 	// Validator checks a node's sandbox GPU setup.
 	// +optional
 	Validator OperandSpec `json:"validator,omitempty"`

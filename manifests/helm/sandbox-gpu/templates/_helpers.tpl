@@ -38,3 +38,21 @@ entries are names (GPU Operator style) or {name: ...} (Kubernetes style).
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+sandbox-gpu.operandServiceAccounts: every operand's service account, one per line (operands.ServiceAccounts:
+sandbox-gpu-<operand>, sandbox-gpu-discovery for the GPU discovery agent). The chart creates them all, the
+admission policy matches them all; only their own RBAC is bound to each.
+*/}}
+{{- define "sandbox-gpu.operandServiceAccounts" -}}
+sandbox-gpu-discovery
+sandbox-gpu-kata-device-plugin
+sandbox-gpu-kubevirt-device-plugin
+sandbox-gpu-nri-plugin
+sandbox-gpu-validator
+sandbox-gpu-vfio-manager
+sandbox-gpu-vfio-manager-release
+sandbox-gpu-vgpu-device-manager
+sandbox-gpu-vgpu-device-manager-release
+sandbox-gpu-vgpu-manager
+{{- end -}}

@@ -1,0 +1,166 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
+)
+
+// daemonClient is a client acting as an operand's service account with a
+// token bound to a pod on node (the node-name claim the admission policy
+// reads).
+func daemonClient(t *testing.T, operand, node string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(testCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + operandNS + ":" + operands.ServiceAccountName(operand),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operandNS, "system:authenticated"},
+		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {node}}}
+	c, err := client.New(cfg, client.Options{Scheme: testScheme})
+	require.NoError(t, err)
+	return c
+}
+
+// guardedNode creates a Node with an owner, a finalizer and a taint, which
+// the test removes again (the finalizer first) when it ends.
+func guardedNode(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels:          map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"},
+		Finalizers:      []string{"example.com/keep"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "11111111-1111-1111-1111-111111111111"}}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}}}
+	require.NoError(t, c.Create(ctx, n))
+	t.Cleanup(func() {
+		_ = c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		_ = c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+}
+
+// The admission policy keeps a node daemon off its own Node's owners,
+// finalizers and taints (a dangling owner reference lets garbage collection
+// delete the Node; a finalizer could hold it; a taint would move
+// workloads), off its spec, and from deleting it, even where RBAC would let
+// it (a delete verb is granted for the test); each write is denied with its
+// message, while the writes the daemons make still pass on a Node that has
+// all three.
+func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	for _, o := range readManifests(t, "operator/operator.yaml") {
+		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
+	}
+	guardedNode(t, c, "adm-a")
+	guardedNode(t, c, "adm-b")
+	// Wider RBAC than shipped, so that the admission policy alone decides.
+	wide := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "admission-test-wide"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch", "update", "delete"}}}}
+	bind := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "admission-test-wide"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: wide.Name}}
+	for _, op := range []string{names.Validator, names.VGPUDeviceManager, names.VFIOManager, names.GPUDiscovery} {
+		bind.Subjects = append(bind.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: operands.ServiceAccountName(op), Namespace: operandNS})
+	}
+	require.NoError(t, c.Create(ctx, wide))
+	require.NoError(t, c.Create(ctx, bind))
+	t.Cleanup(func() { _ = c.Delete(ctx, bind); _ = c.Delete(ctx, wide) })
+
+	validator := daemonClient(t, names.Validator, "adm-a")
+	patch := func(d client.Client, node string, body map[string]any) error {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		return d.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, raw))
+	}
+	meta := func(m map[string]any) map[string]any { return map[string]any{"metadata": m} }
+	testutil.Eventually(t, wait, "the admission policy and the test's RBAC are in force", func() bool {
+		err := patch(validator, "adm-b", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "x"}}))
+		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	})
+
+	const (
+		owners     = "sandbox-gpu node daemons may not change a Node's metadata.ownerReferences"
+		finalizers = "sandbox-gpu node daemons may not change a Node's metadata.finalizers"
+		taints     = "sandbox-gpu node daemons may not change a Node's spec.taints"
+		spec       = "sandbox-gpu node daemons may not change a Node's spec"
+		deletion   = "sandbox-gpu node daemons may not delete a Node"
+		ownNode    = "may change only their own Node"
+	)
+	// The API server adds its own taints to a new Node (not-ready): the
+	// same taints are what the Node has now.
+	before := getNode(t, c, "adm-a")
+	var sameTaints []any
+	for _, tn := range before.Spec.Taints {
+		sameTaints = append(sameTaints, map[string]any{"key": tn.Key, "value": tn.Value, "effect": string(tn.Effect)})
+	}
+	require.NotEmpty(t, sameTaints)
+	dangling := []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "gone", "uid": "22222222-2222-2222-2222-222222222222"}}
+	for _, tc := range []struct {
+		what    string
+		operand string
+		node    string
+		body    map[string]any
+		deny    string // "" allowed
+	}{
+		{"a dangling owner added", names.Validator, "adm-a", meta(map[string]any{"ownerReferences": append(dangling, map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "11111111-1111-1111-1111-111111111111"})}), owners},
+		{"the owners replaced", names.Validator, "adm-a", meta(map[string]any{"ownerReferences": dangling}), owners},
+		{"the owners removed", names.Validator, "adm-a", meta(map[string]any{"ownerReferences": nil}), owners},
+		{"a finalizer added", names.Validator, "adm-a", meta(map[string]any{"finalizers": []any{"example.com/keep", "example.com/hold"}}), finalizers},
+		{"the finalizers removed", names.Validator, "adm-a", meta(map[string]any{"finalizers": nil}), finalizers},
+		{"a taint added", names.Validator, "adm-a", map[string]any{"spec": map[string]any{"taints": []any{
+			map[string]any{"key": "nvidia.com/gpu", "effect": "NoSchedule"}, map[string]any{"key": "example.com/evict", "effect": "NoExecute"}}}}, taints},
+		{"the taints removed", names.Validator, "adm-a", map[string]any{"spec": map[string]any{"taints": nil}}, taints},
+		{"a taint's effect changed", names.Validator, "adm-a", map[string]any{"spec": map[string]any{"taints": []any{
+			map[string]any{"key": "nvidia.com/gpu", "effect": "NoExecute"}}}}, taints},
+		{"unschedulable", names.Validator, "adm-a", map[string]any{"spec": map[string]any{"unschedulable": true}}, spec},
+		{"the vGPU device manager's taint", names.VGPUDeviceManager, "adm-a", map[string]any{"spec": map[string]any{"taints": nil}}, taints},
+		{"the discovery agent's finalizer", names.GPUDiscovery, "adm-a", meta(map[string]any{"finalizers": nil}), finalizers},
+		{"a tokenless operand's owner", names.VFIOManager, "adm-a", meta(map[string]any{"ownerReferences": dangling}), owners},
+		{"another Node's owners", names.Validator, "adm-b", meta(map[string]any{"ownerReferences": nil}), ownNode},
+		// What the daemons do still passes on such a Node.
+		{"a sandbox-gpu.io label", names.Validator, "adm-a", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "y"}}), ""},
+		{"the permitted-devices annotation", names.Validator, "adm-a", meta(map[string]any{"annotations": map[string]any{names.PermittedAnnotation: "{}"}}), ""},
+		{"the vGPU state", names.VGPUDeviceManager, "adm-a", meta(map[string]any{"labels": map[string]any{names.VGPUConfigStateLabel: "success"}}), ""},
+		{"the discovery labels", names.GPUDiscovery, "adm-a", meta(map[string]any{"labels": map[string]any{names.GPUPresentLabel: "true"}}), ""},
+		{"the same owners, finalizers and taints", names.Validator, "adm-a", map[string]any{
+			"metadata": map[string]any{"finalizers": []any{"example.com/keep"}, "labels": map[string]any{"sandbox-gpu.io/probe": "z"}},
+			"spec":     map[string]any{"taints": sameTaints}}, ""},
+	} {
+		err := patch(daemonClient(t, tc.operand, "adm-a"), tc.node, tc.body)
+		if tc.deny == "" {
+			assert.NoError(t, err, tc.what)
+			continue
+		}
+		if assert.Error(t, err, tc.what) {
+			assert.Contains(t, err.Error(), tc.deny, tc.what)
+			assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy", "%s: denied by the policy, not RBAC", tc.what)
+		}
+	}
+	err := validator.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "adm-a"}})
+	if assert.Error(t, err, "deleting its own Node") {
+		assert.Contains(t, err.Error(), deletion)
+	}
+	n := getNode(t, c, "adm-a")
+	assert.Nil(t, n.DeletionTimestamp, "not deleted")
+	assert.Equal(t, []string{"example.com/keep"}, n.Finalizers)
+	assert.Len(t, n.OwnerReferences, 1)
+	assert.Equal(t, "owner", n.OwnerReferences[0].Name)
+	assert.Equal(t, before.Spec.Taints, n.Spec.Taints)
+	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule})
+	assert.False(t, n.Spec.Unschedulable)
+	assert.Equal(t, "z", n.Labels["sandbox-gpu.io/probe"], "the allowed writes landed")
+}
