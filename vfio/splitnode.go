@@ -46,9 +46,14 @@ func (n *NodeSplit) Declaration() *Declaration {
 }
 
 // Publish writes the report of a reconcile on the Node when it changed (a
-// failed write is logged and tried at the next reconcile).
+// failed write is logged and tried at the next reconcile). Before the Node
+// was first read nothing is written: the API server could not be reached,
+// and the reason is on /readyz and in the ready file.
 func (n *NodeSplit) Publish(ctx context.Context, rep *ReadyReport) {
-	declared, _, _ := n.watch.Value()
+	declared, _, err := n.watch.Value()
+	if err != nil {
+		return
+	}
 	if err := n.pub.PublishValue(ctx, SplitReport(rep, declared).Encode()); err != nil && ctx.Err() == nil {
 		n.log.Error(err, "Cannot publish the split report")
 	}
