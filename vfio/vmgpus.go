@@ -201,7 +201,11 @@ func (p *Planner) Split(v VMGPUs, vendor uint16, names map[uint16]string) (*Spli
 		if v.count > len(gpus) {
 			return nil, fmt.Errorf("%w: %q: this node has %d GPUs", ErrBadInput, v.text, len(gpus))
 		}
-		vm = pickCount(gpus, v.count)
+		var ok bool
+		if vm, ok = pickCount(gpus, v.count); !ok {
+			return nil, fmt.Errorf("%w: %q: GPUs that share an IOMMU group move together, and no %d of this node's GPUs make whole groups (%s); "+
+				"name them with index:", ErrBadInput, v.text, v.count, sharedGroups(gpus))
+		}
 	}
 	chosen := map[host.Address]bool{}
 	for _, g := range vm {
@@ -306,43 +310,118 @@ func describeModels(gpus []splitGPU, names map[uint16]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// pickCount chooses n GPUs for VMs (see Planner.Split).
-func pickCount(gpus []splitGPU, n int) []splitGPU {
-	var onVFIO, busyVFIO, idleHost, busyHost []splitGPU
-	for _, g := range gpus {
-		switch {
-		case g.onVFIO && g.busy:
-			busyVFIO = append(busyVFIO, g)
-			onVFIO = append(onVFIO, g)
-		case g.onVFIO:
-			onVFIO = append(onVFIO, g)
-		case g.busy:
-			busyHost = append(busyHost, g)
-		default:
-			idleHost = append(idleHost, g)
-		}
+// unit is the GPUs of one IOMMU group (one GPU where each has its own
+// group, as behind ACS): they move together, so a count takes them whole.
+type unit []splitGPU
+
+func (u unit) numa() int { return u[0].numa() }
+
+func size(us []unit) int {
+	n := 0
+	for _, u := range us {
+		n += len(u)
 	}
-	var keep []splitGPU
-	if len(busyVFIO) >= n {
-		return pickNUMA(busyVFIO, nil, n)
-	}
-	keep = append(keep, busyVFIO...)
-	keep = append(keep, pickNUMA(without(onVFIO, keep), keep, n-len(keep))...)
-	keep = append(keep, pickNUMA(idleHost, keep, n-len(keep))...)
-	keep = append(keep, pickNUMA(busyHost, keep, n-len(keep))...)
-	return keep
+	return n
 }
 
-func without(gpus, drop []splitGPU) []splitGPU {
-	skip := map[host.Address]bool{}
-	for _, g := range drop {
-		skip[g.f.Address] = true
+// units groups GPUs by IOMMU group, in address order of their first GPU.
+func units(gpus []splitGPU) []unit {
+	var out []unit
+	index := map[int]int{}
+	for _, g := range gpus {
+		grp := g.f.IOMMUGroup
+		if i, ok := index[grp]; ok && grp != host.NoGroup {
+			out[i] = append(out[i], g)
+			continue
+		}
+		index[grp] = len(out)
+		out = append(out, unit{g})
+	}
+	return out
+}
+
+// pickCount chooses n GPUs for VMs (see Planner.Split), whole IOMMU groups
+// at a time; false when whole groups cannot make n.
+func pickCount(gpus []splitGPU, n int) ([]splitGPU, bool) {
+	var tiers [4][]unit // busy on vfio, idle on vfio, idle on the host driver, busy there
+	for _, u := range units(gpus) {
+		onVFIO, busy := false, false
+		for _, g := range u {
+			onVFIO, busy = onVFIO || g.onVFIO, busy || g.busy
+		}
+		t := 3
+		switch {
+		case onVFIO && busy:
+			t = 0
+		case onVFIO:
+			t = 1
+		case !busy:
+			t = 2
+		}
+		tiers[t] = append(tiers[t], u)
+	}
+	var keep []unit
+	for _, tier := range tiers {
+		keep = append(keep, pickNUMA(tier, keep, n-size(keep))...)
+	}
+	if size(keep) != n {
+		// Whole groups in NUMA order left a gap: any groups that make n,
+		// in the same order of preference.
+		var ordered []unit
+		for _, tier := range tiers {
+			ordered = append(ordered, pickNUMA(tier, nil, size(tier))...)
+		}
+		keep = exactly(ordered, n)
 	}
 	var out []splitGPU
-	for _, g := range gpus {
-		if !skip[g.f.Address] {
-			out = append(out, g)
+	for _, u := range keep {
+		out = append(out, u...)
+	}
+	return out, len(out) == n
+}
+
+// exactly returns units of us (in order of preference) that make n GPUs,
+// preferring earlier ones; nil when none do.
+func exactly(us []unit, n int) []unit {
+	// can[i][s]: units i.. can make s.
+	can := make([][]bool, len(us)+1)
+	for i := range can {
+		can[i] = make([]bool, n+1)
+		can[i][0] = true
+	}
+	for i := len(us) - 1; i >= 0; i-- {
+		for s := 1; s <= n; s++ {
+			can[i][s] = can[i+1][s] || (len(us[i]) <= s && can[i+1][s-len(us[i])])
 		}
+	}
+	if !can[0][n] {
+		return nil
+	}
+	var out []unit
+	for i, rem := 0, n; rem > 0; i++ {
+		if len(us[i]) <= rem && can[i+1][rem-len(us[i])] {
+			out = append(out, us[i])
+			rem -= len(us[i])
+		}
+	}
+	return out
+}
+
+// sharedGroups describes the IOMMU groups with more than one GPU.
+func sharedGroups(gpus []splitGPU) string {
+	var parts []string
+	for _, u := range units(gpus) {
+		if len(u) > 1 {
+			parts = append(parts, fmt.Sprintf("group %d: %s", u[0].f.IOMMUGroup, strings.Join(strs(addressesOf(u)), " ")))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func addressesOf(u unit) []host.Address {
+	out := make([]host.Address, 0, len(u))
+	for _, g := range u {
+		out = append(out, g.f.Address)
 	}
 	return out
 }
@@ -350,35 +429,37 @@ func without(gpus, drop []splitGPU) []splitGPU {
 // maxNUMASearch bounds the exhaustive search over NUMA nodes (2^n sets).
 const maxNUMASearch = 12
 
-// pickNUMA chooses n GPUs of pool (in address order) so that, with
-// already, they span as few NUMA nodes as possible: first from the NUMA
-// nodes already has, then from the fewest other NUMA nodes that hold
-// enough, preferring higher NUMA ids; within a NUMA node, lowest address
-// first. It returns fewer when pool is smaller than n.
-func pickNUMA(pool, already []splitGPU, n int) []splitGPU {
+// pickNUMA chooses units of pool (in address order) making at most n GPUs
+// so that, with already, they span as few NUMA nodes as possible: first
+// from the NUMA nodes already has, then from the fewest other NUMA nodes
+// that hold enough, preferring higher NUMA ids; within a NUMA node, lowest
+// address first; then, where whole groups did not fit, from any NUMA node.
+// It returns fewer when pool is smaller than n.
+func pickNUMA(pool, already []unit, n int) []unit {
 	if n <= 0 || len(pool) == 0 {
 		return nil
 	}
-	byNode := map[int][]splitGPU{}
-	for _, g := range pool {
-		byNode[g.numa()] = append(byNode[g.numa()], g)
+	byNode := map[int][]unit{}
+	for _, u := range pool {
+		byNode[u.numa()] = append(byNode[u.numa()], u)
 	}
 	used := map[int]bool{}
-	for _, g := range already {
-		used[g.numa()] = true
+	for _, u := range already {
+		used[u.numa()] = true
 	}
 	var ids, rest []int
 	for id := range byNode {
 		ids = append(ids, id)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(ids)))
-	var out []splitGPU
+	var out []unit
+	taken := map[host.Address]bool{}
 	take := func(id int) {
-		for _, g := range byNode[id] {
-			if len(out) == n {
-				return
+		for _, u := range byNode[id] {
+			if !taken[u[0].f.Address] && size(out)+len(u) <= n {
+				taken[u[0].f.Address] = true
+				out = append(out, u)
 			}
-			out = append(out, g)
 		}
 	}
 	for _, id := range ids {
@@ -388,7 +469,10 @@ func pickNUMA(pool, already []splitGPU, n int) []splitGPU {
 			rest = append(rest, id)
 		}
 	}
-	for _, id := range fewestNodes(rest, byNode, n-len(out)) {
+	for _, id := range fewestNodes(rest, byNode, n-size(out)) {
+		take(id)
+	}
+	for _, id := range ids {
 		take(id)
 	}
 	return out
@@ -397,14 +481,14 @@ func pickNUMA(pool, already []splitGPU, n int) []splitGPU {
 // fewestNodes returns the fewest NUMA nodes of ids (sorted highest first)
 // whose GPUs number at least need, preferring higher ids; all of them
 // when even all are not enough.
-func fewestNodes(ids []int, byNode map[int][]splitGPU, need int) []int {
+func fewestNodes(ids []int, byNode map[int][]unit, need int) []int {
 	if need <= 0 {
 		return nil
 	}
 	if len(ids) > maxNUMASearch {
 		// Too many to search: the largest first (ties: highest id).
 		sorted := append([]int(nil), ids...)
-		sort.SliceStable(sorted, func(i, j int) bool { return len(byNode[sorted[i]]) > len(byNode[sorted[j]]) })
+		sort.SliceStable(sorted, func(i, j int) bool { return size(byNode[sorted[i]]) > size(byNode[sorted[j]]) })
 		return sorted
 	}
 	for m := 1; m <= len(ids); m++ {
@@ -417,7 +501,7 @@ func fewestNodes(ids []int, byNode map[int][]splitGPU, need int) []int {
 
 // firstCombination returns the first set of m of ids, in lexicographic
 // order of positions (higher ids first), holding at least need GPUs.
-func firstCombination(ids []int, byNode map[int][]splitGPU, m, need int) []int {
+func firstCombination(ids []int, byNode map[int][]unit, m, need int) []int {
 	pos := make([]int, m)
 	for i := range pos {
 		pos[i] = i
@@ -425,7 +509,7 @@ func firstCombination(ids []int, byNode map[int][]splitGPU, m, need int) []int {
 	for {
 		sum := 0
 		for _, p := range pos {
-			sum += len(byNode[ids[p]])
+			sum += size(byNode[ids[p]])
 		}
 		if sum >= need {
 			out := make([]int, m)

@@ -147,3 +147,47 @@ func TestSplitCountIsStable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, hgx(4), s.VM, "of two busy VM GPUs one is kept; the other will be refused as in use")
 }
+
+// pairsHost is a host without ACS: two pairs of A10s, each pair in one
+// IOMMU group (70 on NUMA node 1, 71 on NUMA node 0), and, with lone, an
+// A10 alone in group 12 on NUMA node 0.
+func pairsHost(t *testing.T, lone bool) *host.Host {
+	t.Helper()
+	fx, err := hostsim.Lookup("a10")
+	require.NoError(t, err)
+	if !lone {
+		fx.Funcs = nil
+	}
+	for i, a := range []struct {
+		addr        string
+		group, numa int
+	}{{"0000:5e:00.0", 71, 0}, {"0000:5f:00.0", 71, 0}, {"0000:af:00.0", 70, 1}, {"0000:b0:00.0", 70, 1}} {
+		fx.Funcs = append(fx.Funcs, hostsim.Func{Address: a.addr, Vendor: 0x10de, Device: 0x2236, SubVendor: 0x10de, SubDevice: 0x1482,
+			Class: 0x030200, Driver: "nvidia", Group: a.group, NUMA: a.numa, NvidiaMinor: 1 + i})
+	}
+	k, err := fx.Build(t.TempDir())
+	require.NoError(t, err)
+	return host.New(k.Options())
+}
+
+// TestSplitCountTakesWholeGroups: GPUs that share an IOMMU group (no ACS)
+// are counted together: a pair is never split; a lone GPU fills an odd
+// count; where NUMA order alone cannot make the count, any whole groups
+// that make it are taken; a count that no whole groups make is bad input
+// naming the groups; what is on vfio stays.
+func TestSplitCountTakesWholeGroups(t *testing.T) {
+	h := pairsHost(t, true)
+	pair70, pair71 := []host.Address{"0000:af:00.0", "0000:b0:00.0"}, []host.Address{"0000:5e:00.0", "0000:5f:00.0"}
+	assert.Equal(t, []host.Address{"0000:3b:00.0"}, mustSplit(t, h, "1", nil).VM, "the lone GPU, not half a pair")
+	assert.Equal(t, pair70, mustSplit(t, h, "2", nil).VM)
+	assert.Equal(t, append([]host.Address{"0000:3b:00.0"}, pair71...), mustSplit(t, h, "3", nil).VM, "NUMA node 0 alone holds 3")
+	assert.Equal(t, append(append([]host.Address{}, pair71...), pair70...), mustSplit(t, h, "4", nil).VM)
+	assert.Len(t, mustSplit(t, h, "5", nil).VM, 5)
+	move(t, h, Selection{Devices: pair71}, ToVFIO)
+	assert.Equal(t, pair71, mustSplit(t, h, "2", nil).VM, "the pair on vfio stays")
+
+	_, err := splitOf(t, pairsHost(t, false), "3", nil)
+	require.ErrorIs(t, err, ErrBadInput)
+	assert.Contains(t, err.Error(), `"3": GPUs that share an IOMMU group move together, and no 3 of this node's GPUs make whole groups `+
+		`(group 71: 0000:5e:00.0 0000:5f:00.0; group 70: 0000:af:00.0 0000:b0:00.0)`)
+}
