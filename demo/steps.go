@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/agenttest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -113,10 +114,10 @@ func (s *story) setUpSteps() []step {
 			var got []string
 			for _, n := range passthrough {
 				nd := s.node(ctx, n)
-				if nd == nil || len(gpuResources(nd)) == 0 {
+				if nd == nil || len(agenttest.Allocatable(nd)) == 0 {
 					return false, n + ": nothing advertised yet"
 				}
-				got = append(got, n+": "+strings.Join(gpuResources(nd), " "))
+				got = append(got, n+": "+strings.Join(agenttest.Allocatable(nd), " "))
 			}
 			return true, strings.Join(got, "; ")
 		}},

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/agenttest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
@@ -82,7 +83,7 @@ func Run(ctx context.Context, o Options) error {
 	defer logFile.Close()
 	log := logr.FromSlogHandler(slog.NewJSONHandler(logFile, nil))
 	ctrl.SetLogger(log)
-	s := &story{o: o, log: log, agents: map[string]*agent{}}
+	s := &story{o: o, log: log, agents: map[string]*agenttest.Agent{}}
 
 	s.say("Starting kube-apiserver and etcd (envtest, %s)", o.Assets)
 	env := &envtest.Environment{BinaryAssetsDirectory: o.Assets, CRDDirectoryPaths: o.CRDDirs, ErrorIfCRDPathMissing: true}
@@ -119,12 +120,13 @@ func Run(ctx context.Context, o Options) error {
 		if !n.gpu {
 			continue
 		}
-		a, err := newAgent(n.name, n.fixture, o.WorkDir+"/"+n.name, namespace, s.cs, log)
+		a, err := agenttest.New(agenttest.Options{Node: n.name, Fixture: n.fixture, Dir: o.WorkDir + "/" + n.name,
+			Namespace: namespace, Client: s.cs, Log: log, Resync: vgpuResync})
 		if err != nil {
 			return err
 		}
 		s.agents[n.name] = a
-		go a.run(ctx)
+		go a.Run(ctx)
 	}
 	for _, st := range s.steps() {
 		if st.do != nil {
@@ -145,7 +147,7 @@ type story struct {
 	log    logr.Logger
 	c      client.Client
 	cs     kubernetes.Interface
-	agents map[string]*agent // by node
+	agents map[string]*agenttest.Agent // by node
 }
 
 func (s *story) say(format string, args ...any) { fmt.Fprintf(s.o.Out, "   "+format+"\n", args...) }
@@ -260,7 +262,7 @@ func (s *story) table(ctx context.Context) error {
 		if c, ok := nd.Labels[names.VGPUConfigLabel]; ok {
 			vgpuConfig = c + "=" + nd.Labels[names.VGPUConfigStateLabel]
 		}
-		res := strings.Join(gpuResources(&nd), " ")
+		res := strings.Join(agenttest.Allocatable(&nd), " ")
 		if res == "" {
 			res = "-"
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/agenttest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
@@ -82,7 +83,7 @@ func (s *story) vgpuChangeSteps() []step {
 		{what: "a VM holds one of " + vgpuA10 + "'s A10-4Q vGPUs; relabelled " + names.VGPUConfigLabel + "=A10-8Q, the change " +
 			"is refused: state failed, a Warning event naming the VM",
 			do: func(ctx context.Context) error {
-				uuid, group, err := a10.startVM(vmPID, "NVIDIA A10-4Q")
+				uuid, group, err := startVM(a10, vgpuA10, vmPID, "NVIDIA A10-4Q")
 				if err != nil {
 					return err
 				}
@@ -109,10 +110,10 @@ func (s *story) vgpuChangeSteps() []step {
 				if ok, d := s.resourcesAre(ctx, vgpuA10, "nvidia.com/NVIDIA_A10-4Q=6"); !ok {
 					return false, d
 				}
-				if v := a10.k.Violations(); len(v) > 0 {
+				if v := a10.Kernel().Violations(); len(v) > 0 {
 					return false, "the simulated kernel recorded writes to a held device: " + strings.Join(v, "; ")
 				}
-				r := a10.validatorReport()
+				r := a10.ValidatorReport()
 				i := slices.IndexFunc(r.Problems, func(p string) bool { return strings.Contains(p, "in use") })
 				if r.Ready || i < 0 {
 					return false, fmt.Sprintf("validator: ready %v, problems %v", r.Ready, r.Problems)
@@ -130,7 +131,7 @@ func (s *story) vgpuChangeSteps() []step {
 			"A10-4Q gone, %s ready again", vgpuResync, vgpuA10),
 			do: func(ctx context.Context) error {
 				s.say("VM on %s exits: qemu-kvm (pid %d) closes its vGPU", vgpuA10, vmPID)
-				return a10.stopVM(vmPID)
+				return stopVM(a10, vgpuA10, vmPID)
 			},
 			cond: func(ctx context.Context) (bool, string) {
 				if ok, d := s.applied(ctx, vgpuA10, "A10-8Q"); !ok {
@@ -164,7 +165,7 @@ func (s *story) relabel(ctx context.Context, node, config string) error {
 // applied: the node's vGPU device manager reports the config applied, and
 // so does the Node's state label.
 func (s *story) applied(ctx context.Context, node, config string) (bool, string) {
-	r := s.agents[node].vgpuReport()
+	r := s.agents[node].VGPUReport()
 	if r == nil {
 		return false, node + ": the vGPU device manager has not reported yet"
 	}
@@ -192,7 +193,7 @@ func (s *story) resourcesAre(ctx context.Context, node string, want ...string) (
 	if nd == nil {
 		return false, node + ": cannot read the Node"
 	}
-	got := gpuResources(nd)
+	got := agenttest.Allocatable(nd)
 	return slices.Equal(got, want), node + ": " + strings.Join(got, " ")
 }
 
