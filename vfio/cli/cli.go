@@ -32,8 +32,8 @@ func Program() *shell.Program {
 		Notes:   notes,
 		Commands: []*shell.Command{
 			onceCommand("status", "[--output table|json]", "shows every function of --vendor and the IOMMU state"),
-			onceCommand("plan", "(--all | --device BDF)... [--to vfio|host] [--output table|json]", "shows what bind or unbind would do; changes nothing"),
-			onceCommand("bind", "(--all | --device BDF)... [--output table|json]", "moves the selected functions to vfio"),
+			onceCommand("plan", "(--all | --device BDF)... [--to vfio|host] | --vm-gpus SPLIT [--output table|json]", "shows what bind or unbind (or a split) would do; changes nothing"),
+			onceCommand("bind", "(--all | --device BDF)... | --vm-gpus SPLIT [--output table|json]", "moves the selected functions to vfio (with --vm-gpus: the split's VM GPUs, the others back to their host driver)"),
 			onceCommand("unbind", "(--all | --device BDF)... [--output table|json]", "returns the selected functions to their host drivers"),
 			daemonCommand(),
 		},
