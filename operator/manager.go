@@ -6,14 +6,11 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -69,18 +66,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: o.Namespace,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.HealthAddr,
-		// Cache only what is used: operand DaemonSets, operand pods and the
-		// vGPU config in the operand namespace (GPU pods are read from the API server, only
-		// while a node switches), and of Nodes what the reconcilers read.
-		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
-				&corev1.Pod{}:       {Namespaces: map[string]cache.Config{o.Namespace: {}}},
-				&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{o.Namespace: {}}},
-				&corev1.Node{}:      {Transform: controllers.TrimNode},
-			},
-		},
+		Cache:                   controllers.CacheOptions(o.Namespace),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)

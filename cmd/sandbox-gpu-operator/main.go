@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
+	"github.com/sandbox-gpu/sandbox-gpu/operator/controllers"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/uninstall"
 )
 
@@ -62,8 +63,8 @@ func program() *shell.Program {
 					return nil
 				})
 				fs.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among operator replicas")
-				fs.Float64Var(&qps, "kube-api-qps", 100, "API requests per second (client-side limit)")
-				fs.IntVar(&burst, "kube-api-burst", 200, "API request burst (client-side limit)")
+				fs.Float64Var(&qps, "kube-api-qps", controllers.DefaultQPS, "API requests per second (client-side limit)")
+				fs.IntVar(&burst, "kube-api-burst", controllers.DefaultBurst, "API request burst (client-side limit)")
 			},
 			Run: func(ctx context.Context, env *shell.Env) error {
 				ctrl.SetLogger(env.Log)

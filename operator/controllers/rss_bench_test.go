@@ -50,7 +50,7 @@ func BenchmarkOperatorRSS(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		waitConverged(b, c, "rss-", nodes, time.Now().Add(15*time.Minute), func() string {
+		waitConverged(b, "rss-", nodes, time.Now().Add(15*time.Minute), func() string {
 			_ = cmd.Process.Kill()
 			return "operator log:\n" + logs.String()
 		})

@@ -1,15 +1,21 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
@@ -49,28 +55,94 @@ func seedCluster(b *testing.B, c client.Client, prefix string, n int) {
 	wg.Wait()
 }
 
-// waitConverged polls until n nodes named with prefix have an applied
-// config, failing with describe() after the deadline.
-func waitConverged(b *testing.B, c client.Client, prefix string, n int, deadline time.Time, describe func() string) {
+// waitConverged watches the node states until n of those named with
+// prefix have an applied config, failing with describe() after the
+// deadline. A watch costs the API server one event per write, where
+// polling lists of thousands of states would take much of its CPU from
+// the operator under test.
+func waitConverged(b *testing.B, prefix string, n int, deadline time.Time, describe func() string) {
 	b.Helper()
-	for {
-		var states v1alpha1.SandboxGPUNodeList
-		if err := c.List(context.Background(), &states); err != nil {
-			b.Fatal(err)
-		}
-		done := 0
-		for _, st := range states.Items {
-			if strings.HasPrefix(st.Name, prefix) && st.Status.AppliedConfig != "" {
-				done++
-			}
-		}
-		if done >= n {
+	c, err := client.NewWithWatch(testCfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	applied := map[string]bool{}
+	done, rv := 0, ""
+	set := func(name string, ok bool) {
+		if !strings.HasPrefix(name, prefix) || applied[name] == ok {
 			return
 		}
-		if time.Now().After(deadline) {
+		applied[name] = ok
+		if ok {
+			done++
+		} else {
+			done--
+		}
+	}
+	for {
+		w, err := c.Watch(ctx, &v1alpha1.SandboxGPUNodeList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+		if err == nil {
+			for ev := range w.ResultChan() {
+				st, ok := ev.Object.(*v1alpha1.SandboxGPUNode)
+				switch {
+				case ev.Type == watch.Error: // expired: start over from a fresh list
+					rv, done = "", 0
+					clear(applied)
+				case !ok:
+				case ev.Type == watch.Deleted:
+					rv = st.ResourceVersion
+					set(st.Name, false)
+				default:
+					rv = st.ResourceVersion
+					set(st.Name, st.Status.AppliedConfig != "")
+				}
+				if done >= n {
+					w.Stop()
+					return
+				}
+			}
+			w.Stop()
+		}
+		if ctx.Err() != nil {
 			b.Fatalf("only %d of %d nodes converged; %s", done, n, describe())
 		}
-		tick := time.NewTimer(200 * time.Millisecond)
-		<-tick.C
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+// readCPU returns the CPU seconds used so far by this process (the
+// operator under test), and by its children kube-apiserver and etcd
+// (envtest's), by name.
+func readCPU(b *testing.B) map[string]float64 {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	out := map[string]float64{"operator": tv(ru.Utime) + tv(ru.Stime)}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range procs {
+		data, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
+		i, j := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+		if err != nil || i < 0 || j < i {
+			continue
+		}
+		comm := string(data[i+1 : j])
+		f := strings.Fields(string(data[j+1:])) // state ppid ... utime (12th) stime (13th)
+		if len(f) < 13 || f[1] != strconv.Itoa(os.Getpid()) || (comm != "kube-apiserver" && comm != "etcd") {
+			continue
+		}
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		out[comm] += (utime + stime) / 100 // USER_HZ
+	}
+	return out
 }

@@ -1,0 +1,32 @@
+package controllers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Client-side limits of the operator's API requests by default (the
+// --kube-api-qps and --kube-api-burst flags of sandbox-gpu-operator).
+const (
+	DefaultQPS   = 100
+	DefaultBurst = 200
+)
+
+// CacheOptions are the operator's cache: only what is used is cached, the
+// operand DaemonSets, operand pods and the vGPU config in the operand
+// namespace (GPU pods are read from the API server, only while a node
+// switches), and of Nodes what the reconcilers read (TrimNode); managed
+// fields are stripped from everything.
+func CacheOptions(namespace string) cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&appsv1.DaemonSet{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.Pod{}:       {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.Node{}:      {Transform: TrimNode},
+		},
+	}
+}
