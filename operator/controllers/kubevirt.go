@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,13 +57,14 @@ func (r *KubeVirtReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Resync == 0 {
 		r.Resync = 5 * time.Minute
 	}
-	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+	one := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "kubevirt"}}}
-	})
+	}
+	// Every node's changes fold into a few recounts of all nodes.
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(kubeVirtControllerName).
-		Watches(&corev1.Node{}, one).
-		Watches(&v1alpha1.SandboxGPUPolicy{}, one).
+		Watches(&corev1.Node{}, newPacer(recountInterval).handler(one)).
+		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(one), builder.WithPredicates(policyIntentChanged())).
 		Complete(r.Metrics.countErrors(kubeVirtControllerName, r))
 }
 
@@ -78,7 +80,7 @@ func (r *KubeVirtReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctr
 		return ctrl.Result{}, nil
 	}
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
 	pci, mdev, problems := Permitted(nodes.Items)

@@ -91,14 +91,14 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A node's state has the node's name (the policy controls it).
 		// (and a state that changes may free a transition slot).
 		Watches(&v1alpha1.SandboxGPUNode{}, handler.EnqueueRequestsFromMapFunc(r.slotWaiters)).
-		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGPUNodes)).
+		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGPUNodes), builder.WithPredicates(policyIntentChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode)).
 		Complete(r.Metrics.countErrors(nodeControllerName, r))
 }
 
 func (r *NodeReconciler) allGPUNodes(ctx context.Context, _ client.Object) []reconcile.Request {
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil
 	}
 	var out []reconcile.Request
@@ -353,8 +353,8 @@ func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {
 }
 
 // TrimNode is a cache transform: the operator reads a Node's labels,
-// resource capacity, published permittedHostDevices and release reports
-// only, so images, conditions, addresses and managed fields are dropped
+// resource capacity, published permittedHostDevices, release reports and
+// mixed-node split (sandbox-gpu.io/vm-gpus) only, so images, conditions, addresses and managed fields are dropped
 // before caching (most of a Node's size on big hosts).
 func TrimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -364,7 +364,7 @@ func TrimNode(obj any) (any, error) {
 	n.ManagedFields = nil
 	var kept map[string]string
 	for k, v := range n.Annotations {
-		if k == names.PermittedAnnotation || strings.HasPrefix(k, names.ReleaseReportPrefix) {
+		if k == names.PermittedAnnotation || k == names.VMGPUsAnnotation || strings.HasPrefix(k, names.ReleaseReportPrefix) {
 			if kept == nil {
 				kept = map[string]string{}
 			}

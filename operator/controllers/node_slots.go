@@ -78,11 +78,12 @@ func (r *NodeReconciler) waitForSlot(ctx context.Context, node *corev1.Node, p *
 		return false, "", nil
 	}
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	// The lists are read only: the cache's objects, not copies.
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return false, "", fmt.Errorf("node %s: list nodes for a transition slot: %w", node.Name, err)
 	}
 	var states v1alpha1.SandboxGPUNodeList
-	if err := r.List(ctx, &states); err != nil {
+	if err := r.List(ctx, &states, client.UnsafeDisableDeepCopy); err != nil {
 		return false, "", fmt.Errorf("node %s: list node states for a transition slot: %w", node.Name, err)
 	}
 	byName := make(map[string]*v1alpha1.SandboxGPUNode, len(states.Items))

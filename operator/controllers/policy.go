@@ -38,15 +38,18 @@ type PolicyReconciler struct {
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	toPolicy := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+	policy := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: PolicyName}}}
-	})
+	}
+	toPolicy := handler.EnqueueRequestsFromMapFunc(policy)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(policyControllerName).
-		For(&v1alpha1.SandboxGPUPolicy{}).
+		For(&v1alpha1.SandboxGPUPolicy{}, builder.WithPredicates(policyChangedBesidesStatus())).
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&corev1.ConfigMap{}).
-		Watches(&v1alpha1.SandboxGPUNode{}, toPolicy).
+		// Node states change by the thousand when nodes join or switch:
+		// their changes fold into a few recounts (and status writes).
+		Watches(&v1alpha1.SandboxGPUNode{}, newPacer(recountInterval).handler(policy)).
 		Watches(&corev1.Node{}, toPolicy, builder.WithPredicates(osLabelsChanged())).
 		Watches(&nodev1.RuntimeClass{}, toPolicy).
 		Complete(r.Metrics.countErrors(policyControllerName, r))

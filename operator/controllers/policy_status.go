@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
@@ -34,7 +35,7 @@ var noGPUNodesMessage = fmt.Sprintf("No GPU node was found: a node counts as one
 // messages that are sentences naming the nodes and operands concerned.
 func (r *PolicyReconciler) summarize(ctx context.Context, p *v1alpha1.SandboxGPUPolicy, errs []*operandError, problems []string) error {
 	var nodes v1alpha1.SandboxGPUNodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return fmt.Errorf("list node states: %w", err)
 	}
 	c, notReady, failed := countNodes(nodes.Items)

@@ -91,7 +91,7 @@ func (r *PolicyReconciler) osTag(ctx context.Context, p *v1alpha1.SandboxGPUPoli
 		return "", nil
 	}
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return "", fmt.Errorf("list nodes for the vGPU host driver's OS: %w", err)
 	}
 	byTag := map[string][]string{}
