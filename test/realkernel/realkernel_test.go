@@ -44,6 +44,8 @@ func TestRealKernel(t *testing.T) {
 			devices: concat(rootPort(1, edu), pciBridge(2, edu, e1000e))}, checkSharedGroup},
 		{"no-iommu", machine{iommu: false, scenario: "no-iommu.sh",
 			devices: concat(rootPort(1, e1000e), rootPort(2, edu))}, checkNoIOMMU},
+		{"split", machine{iommu: true, scenario: "split.sh",
+			devices: concat(rootPort(1, display), rootPort(2, display))}, checkSplit},
 	}
 	for _, g := range guests {
 		t.Run(g.name, func(t *testing.T) {
