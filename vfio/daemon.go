@@ -284,7 +284,7 @@ func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 		}
 	}
 	if desired.Release {
-		if err := d.judgeRelease(rep, toHost.Vendor); err != nil {
+		if err := d.judgeRelease(rep, toHost); err != nil {
 			return nil, err
 		}
 	}

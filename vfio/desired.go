@@ -36,6 +36,9 @@ type Desired struct {
 	// idle). NVSwitches are then left where they are. It excludes Devices,
 	// Host and Release.
 	VMGPUs string `json:"vmGPUs,omitempty"`
+	// Classes limit All and Release to functions of these PCI classes
+	// (hex prefixes: 03, 0302, 030000); none is every class.
+	Classes []string `json:"classes,omitempty"`
 }
 
 // LoadDesired reads a desired-state file (YAML or JSON).
@@ -100,6 +103,16 @@ func (d Desired) Selections() (toVFIO, toHost Selection, err error) {
 	if d.Vendor != 0 {
 		vendor = uint16(d.Vendor)
 	}
+	classes, err := ParseClasses(d.Classes)
+	if err != nil {
+		return toVFIO, toHost, fmt.Errorf("classes: %w", err)
+	}
+	toVFIO, toHost, err = d.selections(vendor)
+	toVFIO.Classes, toHost.Classes = classes, classes
+	return toVFIO, toHost, err
+}
+
+func (d Desired) selections(vendor uint16) (toVFIO, toHost Selection, err error) {
 	if d.Release && d.VMGPUs == "" {
 		if d.All || len(d.Devices) > 0 {
 			return toVFIO, toHost, fmt.Errorf("%w: release returns every function of vendor %04x to its host driver: it takes no all or devices", ErrBadInput, vendor)

@@ -41,6 +41,11 @@ type Selection struct {
 	Vendor     uint16
 	NVSwitches bool
 	Exclude    []host.Address // never selected, even by All
+	// Classes, when set, limit All to functions whose 24-bit PCI class
+	// starts with one of these hex prefixes ("03", "0302", "030000"):
+	// what a vendor other than NVIDIA needs so that All never takes its
+	// NICs or NVMe drives.
+	Classes []string
 	// IgnoreMissing turns an address absent from this host into a refusal
 	// instead of an error (a daemon config shared by different nodes).
 	IgnoreMissing bool
@@ -179,7 +184,7 @@ func (p *Planner) selectFuncs(sel Selection) ([]*host.Function, []host.Address, 
 			if f.Vendor != sel.Vendor || host.IsPCIBridge(f.Class) || f.PhysFn != "" {
 				continue
 			}
-			if (f.Role == host.RoleNVSwitch && !sel.NVSwitches) || excluded[f.Address] {
+			if (f.Role == host.RoleNVSwitch && !sel.NVSwitches) || excluded[f.Address] || !ClassMatches(f.Class, sel.Classes) {
 				continue
 			}
 			chosen[f.Address] = f

@@ -41,7 +41,7 @@ func (d *Daemon) lockForLife(ctx context.Context) (func(), error) {
 // judgeRelease makes a release ready only when no function of the vendor
 // is left on a vfio driver: rep.VFIO lists those left, and the reason names
 // each (with its refusal when it has one).
-func (d *Daemon) judgeRelease(rep *ReadyReport, vendor uint16) error {
+func (d *Daemon) judgeRelease(rep *ReadyReport, sel Selection) error {
 	snap, err := d.opts.Host.Scan()
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func (d *Daemon) judgeRelease(rep *ReadyReport, vendor uint16) error {
 	}
 	var left []string
 	for _, f := range snap.Functions {
-		if f.Vendor != vendor || f.PhysFn != "" || host.IsPCIBridge(f.Class) || !host.IsVFIODriver(f.Driver) {
+		if f.Vendor != sel.Vendor || f.PhysFn != "" || host.IsPCIBridge(f.Class) || !host.IsVFIODriver(f.Driver) || !ClassMatches(f.Class, sel.Classes) {
 			continue
 		}
 		rep.VFIO = append(rep.VFIO, string(f.Address))

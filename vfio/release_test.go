@@ -167,3 +167,17 @@ func TestReleaseReportFromReadiness(t *testing.T) {
 	assert.Equal(t, nodereport.Release{Reason: "cannot reconcile: boom", Left: []string{"0000:3b:00.0"}},
 		ReleaseReport(&ReadyReport{Reason: "cannot reconcile: boom", VFIO: []string{"0000:3b:00.0"}}))
 }
+
+// TestReleaseClasses: a release limited to PCI classes returns only those
+// and judges only those; a bad class is bad input naming it.
+func TestReleaseClasses(t *testing.T) {
+	_, toHost, err := Desired{Release: true, Classes: []string{"0x0302"}}.Selections()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"0302"}, toHost.Classes)
+	_, _, err = Desired{Release: true, Classes: []string{"3"}}.Selections()
+	require.ErrorIs(t, err, ErrBadInput)
+	assert.Contains(t, err.Error(), `"3"`)
+	assert.True(t, ClassMatches(0x030200, []string{"03"}))
+	assert.False(t, ClassMatches(0x068000, []string{"03"}))
+	assert.True(t, ClassMatches(0x068000, nil))
+}

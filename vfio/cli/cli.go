@@ -57,6 +57,7 @@ type common struct {
 	kubelet    socketFlag
 	vmGPUs     string
 	pciIDs     string
+	classes    multi
 }
 
 // registerSplit adds the mixed-node flags (plan, bind, daemon).
@@ -135,6 +136,8 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 	fs.StringVar(&c.modules, "modules-dir", "", "folder with modules.alias (default /lib/modules/<release from proc-root>)")
 	fs.StringVar(&c.vendor, "vendor", "10de", "vendor id (hex) whose functions are managed")
 	fs.BoolVar(&c.nvswitches, "nvswitches", false, "include NVSwitches (class 0x0680) in --all")
+	fs.Var(&c.classes, "class", "limit --all (and a release) to functions of this PCI class, a hex prefix: 03 display, 0302 3D controllers "+
+		"(repeatable; what a --vendor other than NVIDIA needs so that nothing else of it is taken)")
 	fs.StringVar(&c.output, "output", "table", "output format: table or json")
 	if selection {
 		fs.BoolVar(&c.all, "all", false, "select every function of --vendor")
@@ -182,7 +185,11 @@ func (c *common) selection() (vfio.Selection, error) {
 	if err != nil {
 		return vfio.Selection{}, shell.Usagef("--vendor: %v", err)
 	}
-	sel := vfio.Selection{All: c.all, Vendor: vendor, NVSwitches: c.nvswitches}
+	classes, err := vfio.ParseClasses(c.classes)
+	if err != nil {
+		return vfio.Selection{}, shell.Usagef("--class: %v", err)
+	}
+	sel := vfio.Selection{All: c.all, Vendor: vendor, NVSwitches: c.nvswitches, Classes: classes}
 	for _, d := range c.devices {
 		a, err := host.ParseAddress(d)
 		if err != nil {

@@ -48,6 +48,9 @@ func daemonCommand() *shell.Command {
 			if err != nil {
 				return shell.Usagef("--vendor: %v", err)
 			}
+			if _, err := vfio.ParseClasses(c.classes); err != nil {
+				return shell.Usagef("--class: %v", err)
+			}
 			if release && (config != "" || c.all || len(c.devices) > 0) {
 				return shell.Usagef("--release returns every function of the vendor: it takes no --config, --all or --device")
 			}
@@ -61,7 +64,7 @@ func daemonCommand() *shell.Command {
 			if splitting && fromNode {
 				return shell.Usagef("--vm-gpus and --vm-gpus-from-node exclude each other")
 			}
-			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices, Release: release, VMGPUs: c.vmGPUs}
+			desired := vfio.Desired{Vendor: vfio.VendorID(vendor), All: c.all, NVSwitches: c.nvswitches, Devices: c.devices, Release: release, VMGPUs: c.vmGPUs, Classes: c.classes}
 			if config == "" && !release && !c.all && len(c.devices) == 0 {
 				desired.All = true // a node daemon with no selection manages every function of the vendor
 			}
