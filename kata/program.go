@@ -12,6 +12,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Program is kata-device-plugin.
@@ -27,7 +28,8 @@ func Program() *shell.Program {
 		fs.StringVar(&namesConfig, "names-config", "", "with --per-model-names: YAML/JSON file mapping \"10de:2236\" to a name")
 	}
 	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
-		s := &Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource, NodeDev: c.NodeDev}
+		s := &Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource, NodeDev: c.NodeDev,
+			ContainerGPUs: func() map[host.Address]bool { return splitContainers(c.ReadyFile) }}
 		if perModel {
 			var err error
 			if s.Namer, err = gpuname.NewNamer(c.PCIIDs, namesConfig); err != nil {
@@ -68,4 +70,18 @@ func reportPreflight(log logr.Logger, pf Preflight, last string) string {
 		log.Info("Preflight found problems", "problems", pf.Problems())
 	}
 	return problems
+}
+
+// splitContainers are the container GPUs of the VFIO manager's split, as
+// its ready file says (none without a file or a split).
+func splitContainers(readyFile string) map[host.Address]bool {
+	rep, err := vfio.ReadReadyFile(readyFile)
+	if err != nil || rep == nil || rep.Split == nil {
+		return nil
+	}
+	out := map[host.Address]bool{}
+	for _, a := range rep.Split.Container {
+		out[a] = true
+	}
+	return out
 }

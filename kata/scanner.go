@@ -33,6 +33,10 @@ type Scanner struct {
 	// NodeDev is the node's /dev as the container runtime sees it
 	// (deviceplugin.DefaultNodeDev when empty).
 	NodeDev string
+	// ContainerGPUs, when set, names the GPUs a mixed node keeps on their
+	// host driver for containers (the VFIO manager's split): those are
+	// where they belong, not a preflight problem.
+	ContainerGPUs func() map[host.Address]bool
 
 	mu        sync.Mutex
 	preflight Preflight
@@ -43,6 +47,9 @@ type Preflight struct {
 	IOMMU bool `json:"iommu"`
 	// HostBoundGPUs are NVIDIA GPUs still on a host driver: not advertised.
 	HostBoundGPUs []string `json:"hostBoundGPUs"`
+	// ContainerGPUs are the GPUs a mixed node keeps for containers, on
+	// their host driver by design (not advertised, not a problem).
+	ContainerGPUs []string `json:"containerGPUs,omitempty"`
 }
 
 // Problems lists what a platform engineer should fix.
@@ -72,6 +79,10 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 	}
 	iommufd := s.Host.IOMMUFD()
 	pf := Preflight{IOMMU: snap.IOMMU.Enabled, HostBoundGPUs: []string{}}
+	var containers map[host.Address]bool
+	if s.ContainerGPUs != nil {
+		containers = s.ContainerGPUs()
+	}
 	byRes := map[string]*deviceplugin.Resource{}
 	seen := map[string]bool{}
 	for _, f := range snap.Functions {
@@ -79,7 +90,11 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 			continue
 		}
 		if f.Role == host.RoleGPU && f.Driver != "" && !host.IsVFIODriver(f.Driver) {
-			pf.HostBoundGPUs = append(pf.HostBoundGPUs, string(f.Address))
+			if containers[f.Address] {
+				pf.ContainerGPUs = append(pf.ContainerGPUs, string(f.Address))
+			} else {
+				pf.HostBoundGPUs = append(pf.HostBoundGPUs, string(f.Address))
+			}
 		}
 		if !host.IsVFIODriver(f.Driver) || f.IOMMUGroup == host.NoGroup {
 			continue
