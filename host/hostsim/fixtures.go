@@ -88,6 +88,11 @@ func Fixtures() []Fixture {
 			Funcs: []Func{gpu("0000:3b:00.0", 0x2236, 12, 0, 0)},
 		},
 		{
+			Name: "a10x2", Description: "two A10s on two NUMA nodes, each alone in its IOMMU group: the smallest mixed node",
+			IOMMU: true, Drivers: standardDrivers(true),
+			Funcs: []Func{gpu("0000:3b:00.0", 0x2236, 12, 0, 0), gpu("0000:af:00.0", 0x2236, 60, 1, 1)},
+		},
+		{
 			Name: "workstation", Description: "workstation GPU: VGA, HD audio, USB and UCSI functions in one IOMMU group",
 			IOMMU: true, Drivers: standardDrivers(true),
 			Funcs: []Func{
