@@ -60,7 +60,7 @@ var passthrough = []string{"gpu-a10", "gpu-hgx"}
 func (s *story) setUpSteps() []step {
 	vm := []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}
 	vgpuOps := []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}
-	wantOps := map[string][]string{"gpu-a10": vm, "gpu-hgx": vm, vgpuA10: vgpuOps, vgpuL40S: vgpuOps, "gpu-ctr": {names.NRIPlugin}}
+	wantOps := map[string][]string{"gpu-a10": vm, "gpu-hgx": vm, vgpuA10: vgpuOps, vgpuL40S: vgpuOps, "gpu-ctr": {names.NRIPlugin, names.NVIDIADevicePlugin}}
 	return []step{
 		{what: "the operator runs one DaemonSet per enabled operand", cond: func(ctx context.Context) (bool, string) {
 			var list metav1.PartialObjectMetadataList

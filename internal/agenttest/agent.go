@@ -77,6 +77,9 @@ type Agent struct {
 	ctx  context.Context
 	ops  map[string]*operand
 	pods map[string]bool // the Ready each operand's pod shows
+	// split follows the Node's sandbox-gpu.io/vm-gpus (each pass) for the
+	// VFIO manager.
+	split splitWatch
 
 	reports sync.Mutex
 	valid   *validator.Validator
@@ -98,7 +101,8 @@ func New(o Options) (*Agent, error) {
 	if o.Resync <= 0 {
 		o.Resync = time.Second
 	}
-	a := &Agent{o: o, ops: map[string]*operand{}, pods: map[string]bool{}, wake: make(chan struct{}, 1)}
+	a := &Agent{o: o, ops: map[string]*operand{}, pods: map[string]bool{}, wake: make(chan struct{}, 1),
+		split: splitWatch{changed: make(chan struct{}, 1)}}
 	for _, d := range []string{"host", "run", "vgpu-config"} {
 		if err := os.MkdirAll(a.path(d), 0o755); err != nil {
 			return nil, fmt.Errorf("node %s: %w", o.Node, err)
@@ -213,6 +217,7 @@ func wanted(n *corev1.Node) map[string]bool {
 func (a *Agent) pass(ctx context.Context, n *corev1.Node) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.split.seen(n)
 	want := wanted(n)
 	for name, op := range a.ops {
 		if !want[name] {

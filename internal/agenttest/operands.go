@@ -66,6 +66,10 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 					log.Error(err, "Cannot publish the release report")
 				}
 			}
+		} else {
+			// vfio-manager daemon --vm-gpus-from-node, as the operator
+			// deploys it.
+			o.VMGPUsFrom, o.OnReport = a.nodeSplit(log)
 		}
 		d, err := vfio.NewDaemon(o)
 		if err != nil {

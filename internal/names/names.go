@@ -92,6 +92,10 @@ const (
 	Validator            = "validator"
 	VGPUManager          = "vgpu-manager"
 	VGPUDeviceManager    = "vgpu-device-manager"
+	// NVIDIADevicePlugin is NVIDIA's own k8s-device-plugin (its image,
+	// not ours): it advertises nvidia.com/gpu on the nodes where
+	// containers get GPUs, for the NRI plugin to inject.
+	NVIDIADevicePlugin = "nvidia-device-plugin"
 	// GPUDiscovery labels its own Node from sysfs (GPUPresentLabel,
 	// GPUCountLabel). It runs on every Linux node, not by deploy label.
 	GPUDiscovery = "gpu-discovery"
@@ -99,7 +103,7 @@ const (
 
 // Operands lists every operand the operator manages.
 func Operands() []string {
-	return []string{NRIPlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager, GPUDiscovery,
+	return []string{NRIPlugin, NVIDIADevicePlugin, VFIOManager, KubeVirtDevicePlugin, KataDevicePlugin, Validator, VGPUManager, VGPUDeviceManager, GPUDiscovery,
 		ReleaseOperand(VFIOManager), ReleaseOperand(VGPUDeviceManager)}
 }
 

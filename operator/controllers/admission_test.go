@@ -98,7 +98,12 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		spec       = "sandbox-gpu node daemons may not change a Node's spec"
 		deletion   = "sandbox-gpu node daemons may not delete a Node"
 		ownNode    = "may change only their own Node"
+		vmGPUs     = "sandbox-gpu node daemons may not change a Node's sandbox-gpu.io/vm-gpus"
+		vmReport   = "only the sandbox-gpu VFIO manager may change a Node's sandbox-gpu.io/vm-gpus-report"
 	)
+	// The admin's split and an earlier report, as on a mixed node.
+	require.NoError(t, c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "adm-a"}}, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+names.VMGPUsAnnotation+`":"4","`+names.VMGPUsReportAnnotation+`":"{}"}}}`))))
 	// The API server adds its own taints to a new Node (not-ready): the
 	// same taints are what the Node has now.
 	before := getNode(t, c, "adm-a")
@@ -129,7 +134,15 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		{"unschedulable", names.Validator, "adm-a", map[string]any{"spec": map[string]any{"unschedulable": true}}, spec},
 		{"the vGPU device manager's taint", names.VGPUDeviceManager, "adm-a", map[string]any{"spec": map[string]any{"taints": nil}}, taints},
 		{"the discovery agent's finalizer", names.GPUDiscovery, "adm-a", meta(map[string]any{"finalizers": nil}), finalizers},
-		{"a tokenless operand's owner", names.VFIOManager, "adm-a", meta(map[string]any{"ownerReferences": dangling}), owners},
+		{"the VFIO manager's owner", names.VFIOManager, "adm-a", meta(map[string]any{"ownerReferences": dangling}), owners},
+		// A mixed node's split: the admin's declaration is no daemon's, its
+		// report the VFIO manager's alone.
+		{"the VFIO manager changes the split", names.VFIOManager, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsAnnotation: "all"}}), vmGPUs},
+		{"the validator removes the split", names.Validator, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsAnnotation: nil}}), vmGPUs},
+		{"the split set on a Node without one", names.VFIOManager, "adm-b-own", meta(map[string]any{"annotations": map[string]any{names.VMGPUsAnnotation: "2"}}), vmGPUs},
+		{"the validator writes the split's report", names.Validator, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsReportAnnotation: `{"declared":"8"}`}}), vmReport},
+		{"the discovery agent removes the report", names.GPUDiscovery, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsReportAnnotation: nil}}), vmReport},
+		{"the VFIO manager reports the split", names.VFIOManager, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsReportAnnotation: `{"declared":"4","ready":true}`}}), ""},
 		{"another Node's owners", names.Validator, "adm-b", meta(map[string]any{"ownerReferences": nil}), ownNode},
 		// What the daemons do still passes on such a Node.
 		{"a sandbox-gpu.io label", names.Validator, "adm-a", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "y"}}), ""},
@@ -140,7 +153,11 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 			"metadata": map[string]any{"finalizers": []any{"example.com/keep"}, "labels": map[string]any{"sandbox-gpu.io/probe": "z"}},
 			"spec":     map[string]any{"taints": sameTaints}}, ""},
 	} {
-		err := patch(daemonClient(t, tc.operand, "adm-a"), tc.node, tc.body)
+		own := "adm-a"
+		if tc.node == "adm-b-own" { // a daemon on adm-b, its own Node
+			tc.node, own = "adm-b", "adm-b"
+		}
+		err := patch(daemonClient(t, tc.operand, own), tc.node, tc.body)
 		if tc.deny == "" {
 			assert.NoError(t, err, tc.what)
 			continue
@@ -163,4 +180,6 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule})
 	assert.False(t, n.Spec.Unschedulable)
 	assert.Equal(t, "z", n.Labels["sandbox-gpu.io/probe"], "the allowed writes landed")
+	assert.Equal(t, "4", n.Annotations[names.VMGPUsAnnotation], "the admin's split stays")
+	assert.Equal(t, `{"declared":"4","ready":true}`, n.Annotations[names.VMGPUsReportAnnotation], "the VFIO manager's report landed")
 }

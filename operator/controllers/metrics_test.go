@@ -85,7 +85,7 @@ func TestOperatorMetrics(t *testing.T) {
 	want := map[string]float64{"config=container,state=configuring": 1, "config=vm-passthrough,state=configuring": 1}
 	testutil.Eventually(t, wait, "both nodes configuring", func() bool { return assert.ObjectsAreEqual(want, gpuNodes(t, op)) })
 
-	readyOperands(t, c, "m-1", names.NRIPlugin)
+	readyOperands(t, c, "m-1", containerOps...)
 	want = map[string]float64{"config=container,state=ready": 1, "config=vm-passthrough,state=configuring": 1}
 	testutil.Eventually(t, wait, "m-1 ready", func() bool { return assert.ObjectsAreEqual(want, gpuNodes(t, op)) })
 	assert.EqualValues(t, 1, transitions(t, op, "none", "container"), "a new node's setup is timed")

@@ -80,7 +80,7 @@ func TestNodeConditionsFollowTheStateMachine(t *testing.T) {
 	checkConditions(t, st, wantConditions{metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonConfiguring, ReasonConfiguring, ReasonAsExpected})
 	assert.Contains(t, meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionProgressing).Message, names.NRIPlugin, "names what it waits for")
 
-	readyOperands(t, c, "c-walk", names.NRIPlugin)
+	readyOperands(t, c, "c-walk", containerOps...)
 	st = waitState(t, c, "c-walk", "Ready=True", func(s *v1alpha1.SandboxGPUNode) bool {
 		return hasCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonOperandsReady)
 	})
@@ -162,7 +162,7 @@ func TestStatusIsPatchedNotUpdated(t *testing.T) {
 	}}
 	op := startOperatorWith(t, newClock(), cfg)
 	newNode(t, c, "c-stale", nil)
-	readyOperands(t, c, "c-stale", names.NRIPlugin)
+	readyOperands(t, c, "c-stale", containerOps...)
 	st := waitState(t, c, "c-stale", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 	mu.Lock()
 	require.NoError(t, touchErr)

@@ -17,7 +17,7 @@ import (
 // them to be ready: configuring, then ready.
 func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string, rep *nodeReport) (ctrl.Result, string, error) {
 	applied := st.Status.AppliedConfig
-	want := workload.Operands(desired, p)
+	want := workload.NodeOperands(node, desired, p)
 	ready, err := r.readyOperands(ctx, node.Name)
 	if err != nil {
 		return ctrl.Result{}, "", err

@@ -63,7 +63,7 @@ func TestEventsOncePerTransition(t *testing.T) {
 	const node = "e-walk"
 	newNode(t, c, node, map[string]string{names.WorkloadConfigLabel: "container"})
 	waitEvent(t, c, node, EventConfiguring, 1)
-	readyOperands(t, c, node, names.NRIPlugin)
+	readyOperands(t, c, node, containerOps...)
 	waitEvent(t, c, node, EventReady, 1)
 
 	pod := gpuPod(t, c, node, "nvidia.com/gpu")
@@ -108,7 +108,7 @@ func TestEventsOncePerTransition(t *testing.T) {
 		}
 		return out
 	}
-	assert.Contains(t, notes(EventConfiguring), "Node e-walk is being set up for container: deploy labels set for nri-plugin.")
+	assert.Contains(t, notes(EventConfiguring), "Node e-walk is being set up for container: deploy labels set for nri-plugin and nvidia-device-plugin.")
 	assert.Contains(t, notes(EventConfiguring),
 		"Node e-walk switches from container to vm-passthrough: deploy labels set for kubevirt-device-plugin, validator and vfio-manager, the operands of container are paused.")
 	assert.Equal(t, []string{"Workload config of node e-walk changes from container to vm-passthrough: draining started; waiting for 1 GPU pod of container to finish (default/train-e-walk)."},

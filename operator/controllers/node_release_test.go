@@ -99,11 +99,11 @@ func TestReleaseBeforeTheNextConfig(t *testing.T) {
 		return s.Status.AppliedConfig == "container" && s.Status.State == v1alpha1.StateConfiguring
 	})
 	n = getNode(t, c, "n-leave")
-	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(n))
+	assert.Equal(t, containerOps, deployLabels(n))
 	assert.Empty(t, releaseLabels(n))
 	assert.NotContains(t, n.Annotations, names.ReleaseReportAnnotation(names.VFIOManager), "the report goes with the release")
 	waitEvent(t, c, "n-leave", EventReleased, 1)
-	readyOperands(t, c, "n-leave", names.NRIPlugin)
+	readyOperands(t, c, "n-leave", containerOps...)
 	st = waitState(t, c, "n-leave", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 	require.NotNil(t, st.Status.Transition.Completed)
 	assert.Equal(t, "vm-passthrough", st.Status.Transition.From)

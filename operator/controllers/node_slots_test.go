@@ -99,7 +99,7 @@ func TestTransitionSlots(t *testing.T) {
 			for _, x := range []string{"d", "b", "c", "a"} { // created out of order: the order is by name
 				n := tc.prefix + x
 				nodes = append(nodes, n)
-				readyNode(t, c, n, "container", nil, names.NRIPlugin)
+				readyNode(t, c, n, "container", nil, containerOps...)
 			}
 			sort.Strings(nodes)
 			pods := map[string]func(){}

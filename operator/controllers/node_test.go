@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,7 @@ func deployLabels(n *corev1.Node) []string {
 			out = append(out, o)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -125,6 +127,10 @@ func gpuPod(t *testing.T, c client.Client, node, res string) *corev1.Pod {
 	return p
 }
 
+// containerOps are a container node's operands with sandbox workloads on
+// (the NRI plugin and NVIDIA's device plugin), sorted.
+var containerOps = []string{names.NRIPlugin, names.NVIDIADevicePlugin}
+
 func sandboxOn(def string) v1alpha1.SandboxWorkloads {
 	return v1alpha1.SandboxWorkloads{Enabled: true, Mode: v1alpha1.ModeKubeVirt, DefaultWorkload: def}
 }
@@ -139,8 +145,8 @@ func TestEachWorkloadConfig(t *testing.T) {
 		config   string
 		operands []string
 	}{
-		"n-default":     {"", "container", []string{names.NRIPlugin}},
-		"n-container":   {"container", "container", []string{names.NRIPlugin}},
+		"n-default":     {"", "container", containerOps},
+		"n-container":   {"container", "container", containerOps},
 		"n-passthrough": {"vm-passthrough", "vm-passthrough", []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}},
 		"n-vgpu":        {"vm-vgpu", "vm-vgpu", []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}},
 	}
@@ -219,14 +225,14 @@ func TestTransitionDrainsAndResumesAfterRestart(t *testing.T) {
 	clk := newClock()
 	stop := startOperator(t, clk)
 	newNode(t, c, "n-busy", map[string]string{names.WorkloadConfigLabel: "container"})
-	readyOperands(t, c, "n-busy", names.NRIPlugin)
+	readyOperands(t, c, "n-busy", containerOps...)
 	waitState(t, c, "n-busy", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 	pod := gpuPod(t, c, "n-busy", "nvidia.com/gpu")
 
 	setNodeLabel(t, c, "n-busy", names.WorkloadConfigLabel, "vm-passthrough")
 	st := waitState(t, c, "n-busy", "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
 	assert.Contains(t, st.Status.Message, "default/train-n-busy")
-	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(getNode(t, c, "n-busy")), "nothing switches while a GPU is in use")
+	assert.Equal(t, containerOps, deployLabels(getNode(t, c, "n-busy")), "nothing switches while a GPU is in use")
 
 	stop() // the operator restarts mid-transition
 	startOperator(t, clk)
@@ -259,7 +265,7 @@ func TestDrainTimeoutFailsTheNode(t *testing.T) {
 	st := waitState(t, c, "n-stuck", "failed", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateFailed })
 	assert.Contains(t, st.Status.Message, "timed out")
 	assert.Contains(t, st.Status.Message, "train-n-stuck")
-	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(getNode(t, c, "n-stuck")))
+	assert.Equal(t, containerOps, deployLabels(getNode(t, c, "n-stuck")))
 }
 
 // A node that goes takes its state with it; a new node of the same name

@@ -33,7 +33,7 @@ func (r *NodeReconciler) unsupported(ctx context.Context, node *corev1.Node, p *
 	if keep == desired || workload.Unsupported(keep, p) != "" {
 		keep = ""
 	}
-	if err := r.ensureLabels(ctx, node, workload.Operands(keep, p)); err != nil {
+	if err := r.ensureLabels(ctx, node, workload.NodeOperands(node, keep, p)); err != nil {
 		return ctrl.Result{}, "", err
 	}
 	st.Status.AppliedConfig = keep

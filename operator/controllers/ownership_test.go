@@ -142,7 +142,7 @@ func TestDiscoveredNodeIsAGPUNode(t *testing.T) {
 	n := getNode(t, c, "disc-a10")
 	assert.Equal(t, "true", n.Labels[names.GPUPresentLabel])
 	assert.Equal(t, "1", n.Labels[names.GPUCountLabel])
-	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(n))
+	assert.Equal(t, containerOps, deployLabels(n))
 
 	// An empty simulated host (no PCI function at all) stands for a CPU node.
 	runAgent("disc-cpu", func() *discovery.Agent {

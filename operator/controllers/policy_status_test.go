@@ -86,7 +86,7 @@ func TestPolicyNotReadyWithoutGPUNodes(t *testing.T) {
 	assert.Equal(t, v1alpha1.NodeCounts{}, p.Status.Nodes)
 
 	newNode(t, c, "p-only", nil)
-	readyOperands(t, c, "p-only", names.NRIPlugin)
+	readyOperands(t, c, "p-only", containerOps...)
 	p = waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonAllNodesReady)
 	checkPolicyConditions(t, p)
 	assert.Equal(t, "The GPU node is ready.", meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady).Message)
@@ -108,7 +108,7 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 		newNode(t, c, n, map[string]string{names.WorkloadConfigLabel: "container"})
 		waitState(t, c, n, "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	}
-	readyOperands(t, c, "f-3", names.NRIPlugin)
+	readyOperands(t, c, "f-3", containerOps...)
 	for _, n := range []string{"f-2", "f-1"} {
 		gpuPod(t, c, n, "nvidia.com/gpu")
 		setNodeLabel(t, c, n, names.WorkloadConfigLabel, "vm-passthrough")
@@ -124,7 +124,7 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 	degraded := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionDegraded)
 	assert.Equal(t, metav1.ConditionTrue, degraded.Status)
 	assert.Equal(t, `2 of 3 GPU nodes failed: f-1 and f-2. `+
-		`The DaemonSets of gpu-discovery, kata-device-plugin, kubevirt-device-plugin, nri-plugin, validator, vfio-manager, vfio-manager-release, vgpu-device-manager and vgpu-device-manager-release `+
+		`The DaemonSets of gpu-discovery, kata-device-plugin, kubevirt-device-plugin, nri-plugin, nvidia-device-plugin, validator, vfio-manager, vfio-manager-release, vgpu-device-manager and vgpu-device-manager-release `+
 		`could not be created: namespaces "no-such-namespace" not found.`, degraded.Message)
 	ready := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -37,7 +39,7 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	ensureNamespace(t, c, operandNS)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery,
+	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery,
 		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
 	ds := daemonSets(t, c)
@@ -74,11 +76,23 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
 		s.VFIOManager.Image = "registry.example/vfio-manager:dev"
 		s.Validator.Enabled = &off
+		s.DevicePlugin.Enabled = &off // the GPU Operator's container stack runs it
 	})
-	testutil.Eventually(t, wait, "image override and validator removal", func() bool {
+	testutil.Eventually(t, wait, "image override, validator and device plugin removal", func() bool {
 		ds := daemonSets(t, c)
 		_, validator := ds[names.Validator]
-		return !validator && ds[names.VFIOManager].Spec.Template.Spec.Containers[0].Image == "registry.example/vfio-manager:dev"
+		_, dp := ds[names.NVIDIADevicePlugin]
+		return !validator && !dp && ds[names.VFIOManager].Spec.Template.Spec.Containers[0].Image == "registry.example/vfio-manager:dev"
+	})
+
+	// Sandbox workloads off: no node operand but the discovery agent (and
+	// the releases, for nodes that give back GPUs).
+	setPolicy(t, c, v1alpha1.SandboxWorkloads{})
+	only := []string{names.GPUDiscovery, names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
+	testutil.Eventually(t, wait, "only discovery and the releases", func() bool {
+		ds := daemonSets(t, c)
+		got := slices.Sorted(maps.Keys(ds))
+		return slices.Equal(got, slices.Sorted(slices.Values(only)))
 	})
 }
 

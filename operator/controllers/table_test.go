@@ -127,7 +127,7 @@ func tableScenario(t *testing.T, c client.Client) {
 	readyOperands(t, c, "gpu-a10", names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager)
 	newNode(t, c, "gpu-l4", map[string]string{names.WorkloadConfigLabel: "container"})
 	setCapacity(t, c, "gpu-l4", map[string]int64{"nvidia.com/gpu": 1})
-	readyOperands(t, c, "gpu-l4", names.NRIPlugin)
+	readyOperands(t, c, "gpu-l4", containerOps...)
 	waitState(t, c, "gpu-l4", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
 	gpuPod(t, c, "gpu-l4", "nvidia.com/gpu")
 	setNodeLabel(t, c, "gpu-l4", names.WorkloadConfigLabel, "vm-vgpu")

@@ -117,7 +117,7 @@ func (n *simNode) convergedContainer(t *testing.T, what string) {
 	assert.Zero(t, vgpus+vfs, what)
 	node := getNode(t, n.c, n.name)
 	assert.Empty(t, releaseLabels(node), what)
-	assert.Equal(t, []string{names.NRIPlugin}, deployLabels(node), what)
+	assert.Equal(t, containerOps, deployLabels(node), what)
 	assert.Empty(t, n.a.Kernel().Violations(), what)
 }
 

@@ -69,7 +69,10 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
 		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081"}
+			// It splits the GPUs as its Node's sandbox-gpu.io/vm-gpus
+			// says (absent: every GPU), which it reads and watches with
+			// its token, and reports the split on that Node.
+			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
@@ -100,13 +103,18 @@ var builders = map[string]builder{
 		}},
 	names.NRIPlugin: {binary: "nri-gpu-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.NRIPlugin.OperandSpec },
-		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			hooks := p.NRIPlugin.CDIHooks
 			if hooks == "" {
 				hooks = v1alpha1.CDIHooksNVIDIA
 			}
 			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
+			if o.Namespace != "" {
+				// The device plugin's pods ask for every GPU by
+				// annotation (DevicePluginGPURequest): only there.
+				c.Args = append(c.Args, "--annotation-namespace="+o.Namespace)
+			}
 			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
 			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
@@ -114,6 +122,11 @@ var builders = map[string]builder{
 			mount(ds, "cdi", "/var/run/cdi", true)
 			mount(ds, "etc-cdi", "/etc/cdi", true)
 		}},
+	names.NVIDIADevicePlugin: {binary: "k8s-device-plugin",
+		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.DevicePlugin.OperandSpec },
+		image:     devicePluginImage,
+		customize: nvidiaDevicePlugin,
+	},
 	names.Validator: {binary: "sandbox-gpu-validator",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
@@ -163,7 +176,10 @@ func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 	if ok && b.releases != "" {
 		return b.spec(p).IsEnabled()
 	}
-	if !ok || !p.SandboxWorkloads.Enabled && operand != names.NRIPlugin && operand != names.GPUDiscovery {
+	// Without sandbox workloads no node operand runs but the discovery
+	// agent (and the release daemons, above): NVIDIA's container stack
+	// serves containers as it would without this product.
+	if !ok || !p.SandboxWorkloads.Enabled && operand != names.GPUDiscovery {
 		return false
 	}
 	if operand == names.VGPUManager {

@@ -57,7 +57,7 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--nvswitches", "--vendor=10de",
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node", "--nvswitches", "--vendor=10de",
 		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "-v"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
@@ -70,10 +70,15 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 
 func TestEnabled(t *testing.T) {
 	p := &v1alpha1.SandboxGPUPolicySpec{}
-	assert.True(t, Enabled(names.NRIPlugin, p), "container nodes work without sandbox workloads")
-	assert.False(t, Enabled(names.VFIOManager, p), "no sandbox operands while sandbox workloads are off")
+	for _, op := range Names() {
+		_, release := IsRelease(op)
+		assert.Equal(t, op == names.GPUDiscovery || release, Enabled(op, p),
+			"%s: sandbox workloads off: only the discovery agent and the releases (NVIDIA's container stack serves containers)", op)
+	}
 	p.SandboxWorkloads.Enabled = true
 	assert.True(t, Enabled(names.VFIOManager, p))
+	assert.True(t, Enabled(names.NRIPlugin, p))
+	assert.True(t, Enabled(names.NVIDIADevicePlugin, p), "NVIDIA's device plugin is on by default")
 	assert.False(t, Enabled(names.VGPUManager, p), "no image, no vGPU host driver manager")
 	on := true
 	p.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "private.example/vgpu:550"}
@@ -81,6 +86,8 @@ func TestEnabled(t *testing.T) {
 	off := false
 	p.NRIPlugin.Enabled = &off
 	assert.False(t, Enabled(names.NRIPlugin, p))
+	p.DevicePlugin.Enabled = &off
+	assert.False(t, Enabled(names.NVIDIADevicePlugin, p), "off where the GPU Operator's container stack runs it")
 
 	p = &v1alpha1.SandboxGPUPolicySpec{}
 	assert.True(t, Enabled(names.GPUDiscovery, p), "GPU discovery is on by default, sandbox workloads or not")
@@ -101,7 +108,7 @@ func TestOnlyAPIClientsGetAToken(t *testing.T) {
 		}
 		a := ds.Spec.Template.Spec.AutomountServiceAccountToken
 		_, release := IsRelease(op) // release daemons publish their report on their Node
-		want := op == names.Validator || op == names.VGPUDeviceManager || op == names.GPUDiscovery || release
+		want := op == names.Validator || op == names.VGPUDeviceManager || op == names.GPUDiscovery || op == names.VFIOManager || release
 		if a == nil || *a != want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", op, a, want)
 		}

@@ -45,9 +45,10 @@ func ServiceAccounts() []string {
 // token; every other operand's pods have none. The validator and the vGPU
 // device manager watch and patch their own Node (the vGPU device manager
 // also creates Events), the release daemons publish their report on it,
-// the discovery agent labels it.
+// the discovery agent labels it, the VFIO manager follows its Node's
+// sandbox-gpu.io/vm-gpus annotation and reports the split there.
 func APIClients() []string {
-	return []string{names.GPUDiscovery, names.Validator, names.VGPUDeviceManager,
+	return []string{names.GPUDiscovery, names.Validator, names.VGPUDeviceManager, names.VFIOManager,
 		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 }
 

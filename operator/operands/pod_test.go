@@ -35,7 +35,11 @@ func TestImagesPullSecretsAndPolicy(t *testing.T) {
 		names.ReleaseOperand(names.VFIOManager): "vfio-manager", names.ReleaseOperand(names.VGPUDeviceManager): "vgpu-device-manager"}
 	for _, op := range Names() {
 		ds, c := build(t, op, &v1alpha1.SandboxGPUPolicySpec{}, o)
-		assert.Equal(t, "registry.example:5000/mirror/sandbox-gpu/"+binaries[op]+":v9.9.9", c.Image, op)
+		if op == names.NVIDIADevicePlugin {
+			assert.Equal(t, DefaultDevicePluginImage, c.Image, "NVIDIA's own image, wherever ours come from")
+		} else {
+			assert.Equal(t, "registry.example:5000/mirror/sandbox-gpu/"+binaries[op]+":v9.9.9", c.Image, op)
+		}
 		assert.Equal(t, corev1.PullAlways, c.ImagePullPolicy, op)
 		assert.Equal(t, []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}, ds.Spec.Template.Spec.ImagePullSecrets, op)
 	}

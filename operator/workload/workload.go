@@ -61,9 +61,16 @@ func Config(n *corev1.Node, p *v1alpha1.SandboxGPUPolicy) (config, invalid strin
 
 // Operands returns the operands a node with this config runs under the
 // policy, sorted. A config the policy's mode cannot serve (Unsupported)
-// runs none.
+// runs none. Without sandbox workloads no node runs any (the GPU
+// discovery agent runs everywhere, by no deploy label): every GPU node is
+// a container node served by NVIDIA's container stack as it would be
+// without this product. With them, container nodes run the NRI plugin and
+// NVIDIA's device plugin, each unless the policy turns it off.
 func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 	s := p.Spec
+	if !s.SandboxWorkloads.Enabled {
+		return nil
+	}
 	mode := Mode(p)
 	var out []string
 	add := func(name string, enabled bool) {
@@ -73,7 +80,7 @@ func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 	}
 	switch config {
 	case v1alpha1.WorkloadContainer:
-		add(names.NRIPlugin, s.NRIPlugin.IsEnabled())
+		out = containerOperands(p)
 	case v1alpha1.WorkloadVMPassthrough:
 		add(names.VFIOManager, s.VFIOManager.IsEnabled())
 		add(names.KubeVirtDevicePlugin, mode == v1alpha1.ModeKubeVirt && s.SandboxDevicePlugin.IsEnabled())
@@ -87,6 +94,48 @@ func Operands(config string, p *v1alpha1.SandboxGPUPolicy) []string {
 		add(names.VGPUDeviceManager, s.VGPUDeviceManager.IsEnabled())
 		add(names.KubeVirtDevicePlugin, s.SandboxDevicePlugin.IsEnabled())
 		add(names.Validator, s.Validator.IsEnabled())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// containerOperands are the operands through which containers get GPUs:
+// NVIDIA's device plugin advertises nvidia.com/gpu, the NRI plugin
+// injects what the kubelet allocated.
+func containerOperands(p *v1alpha1.SandboxGPUPolicy) []string {
+	var out []string
+	if p.Spec.NRIPlugin.IsEnabled() {
+		out = append(out, names.NRIPlugin)
+	}
+	if p.Spec.DevicePlugin.IsEnabled() {
+		out = append(out, names.NVIDIADevicePlugin)
+	}
+	return out
+}
+
+// Mixed reports whether a node splits its GPUs between VMs and containers:
+// it declares sandbox-gpu.io/vm-gpus, and not every GPU ("all", or empty,
+// is a plain vm-passthrough node). The VFIO manager judges the value; a
+// bad one moves nothing and is reported on the Node, and the node still
+// counts as mixed.
+func Mixed(n *corev1.Node) bool {
+	v, ok := n.Annotations[names.VMGPUsAnnotation]
+	v = strings.TrimSpace(v)
+	return ok && v != "" && !strings.EqualFold(v, "all")
+}
+
+// NodeOperands returns the operands this node runs with config, sorted:
+// Operands, and on a mixed vm-passthrough node (Mixed) also the container
+// operands, for the GPUs that stay on their host driver.
+func NodeOperands(n *corev1.Node, config string, p *v1alpha1.SandboxGPUPolicy) []string {
+	out := Operands(config, p)
+	if config != v1alpha1.WorkloadVMPassthrough || len(out) == 0 || !Mixed(n) {
+		return out
+	}
+	for _, o := range containerOperands(p) {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -118,9 +167,16 @@ func Unsupported(config string, p *v1alpha1.SandboxGPUPolicy) string {
 // vgpu-device-manager waits for its vgpu-manager: the driver container
 // enables the SR-IOV VFs itself at start and tears them down when that
 // fails, so nothing may touch the VFs before it is done.
+//
+// On a mixed node NVIDIA's device plugin waits for the VFIO manager: it
+// lists the GPUs it finds at its start, which must be the container GPUs
+// only, after the VM GPUs moved to vfio.
 func Prerequisite(operand string) string {
-	if operand == names.VGPUDeviceManager {
+	switch operand {
+	case names.VGPUDeviceManager:
 		return names.VGPUManager
+	case names.NVIDIADevicePlugin:
+		return names.VFIOManager
 	}
 	return ""
 }

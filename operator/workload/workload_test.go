@@ -66,7 +66,7 @@ func TestConfig(t *testing.T) {
 func TestOperands(t *testing.T) {
 	kv := policy(true, "kubevirt", "")
 	kata := policy(true, "kata", "")
-	assert.Equal(t, []string{names.NRIPlugin}, Operands("container", kv))
+	assert.Equal(t, []string{names.NRIPlugin, names.NVIDIADevicePlugin}, Operands("container", kv))
 	assert.Equal(t, []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}, Operands("vm-passthrough", kv))
 	assert.Equal(t, []string{names.KataDevicePlugin, names.Validator, names.VFIOManager}, Operands("vm-passthrough", kata))
 	assert.Equal(t, []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}, Operands("vm-vgpu", kv),
@@ -77,6 +77,69 @@ func TestOperands(t *testing.T) {
 	off := false
 	kv.Spec.Validator.Enabled = &off
 	assert.NotContains(t, Operands("vm-passthrough", kv), names.Validator)
+}
+
+// The operands table: which operand runs on which node, per config and
+// policy knob. Without sandbox workloads no node runs one (the discovery
+// agent runs by no deploy label); a mixed vm-passthrough node (vm-gpus
+// declared, not all) runs the container operands too.
+func TestOperandsTable(t *testing.T) {
+	off := false
+	noDP := policy(true, "kubevirt", "")
+	noDP.Spec.DevicePlugin.Enabled = &off
+	noNRI := policy(true, "kubevirt", "")
+	noNRI.Spec.NRIPlugin.Enabled = &off
+	mixed := func(v string) *corev1.Node {
+		n := node(nil)
+		n.Annotations = map[string]string{names.VMGPUsAnnotation: v}
+		return n
+	}
+	vmOps := []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}
+	for _, c := range []struct {
+		what   string
+		n      *corev1.Node
+		config string
+		p      *v1alpha1.SandboxGPUPolicy
+		want   []string
+	}{
+		{"sandbox off: container", node(nil), "container", policy(false, "", ""), nil},
+		{"sandbox off: a vm label", node(nil), "vm-passthrough", policy(false, "", ""), nil},
+		{"sandbox off: a mixed node", mixed("2"), "vm-passthrough", policy(false, "", ""), nil},
+		{"container", node(nil), "container", policy(true, "", ""), []string{names.NRIPlugin, names.NVIDIADevicePlugin}},
+		{"container, device plugin off", node(nil), "container", noDP, []string{names.NRIPlugin}},
+		{"container, NRI off", node(nil), "container", noNRI, []string{names.NVIDIADevicePlugin}},
+		{"pure VM node", node(nil), "vm-passthrough", policy(true, "", ""), vmOps},
+		{"vm-gpus=all is a pure VM node", mixed("all"), "vm-passthrough", policy(true, "", ""), vmOps},
+		{"vm-gpus=ALL", mixed(" ALL "), "vm-passthrough", policy(true, "", ""), vmOps},
+		{"vm-gpus empty", mixed(""), "vm-passthrough", policy(true, "", ""), vmOps},
+		{"mixed: a count", mixed("4"), "vm-passthrough", policy(true, "", ""),
+			[]string{names.KubeVirtDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager}},
+		{"mixed: indices", mixed("index:0,2"), "vm-passthrough", policy(true, "", ""),
+			[]string{names.KubeVirtDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager}},
+		{"mixed, Kata", mixed("model:A10"), "vm-passthrough", policy(true, "kata", ""),
+			[]string{names.KataDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager}},
+		{"mixed, device plugin off", mixed("0"), "vm-passthrough", noDP,
+			[]string{names.KubeVirtDevicePlugin, names.NRIPlugin, names.Validator, names.VFIOManager}},
+		{"vm-gpus on a container node changes nothing", mixed("2"), "container", policy(true, "", ""), []string{names.NRIPlugin, names.NVIDIADevicePlugin}},
+		{"vm-gpus on a vm-vgpu node changes nothing", mixed("2"), "vm-vgpu", policy(true, "", ""),
+			[]string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}},
+	} {
+		assert.Equal(t, c.want, NodeOperands(c.n, c.config, c.p), c.what)
+	}
+	assert.False(t, Mixed(node(nil)))
+	assert.True(t, Mixed(mixed("1")))
+}
+
+// On a mixed node NVIDIA's device plugin starts once the VFIO manager is
+// ready (it lists the GPUs it finds at start: the container GPUs only);
+// on a container node it has nothing to wait for.
+func TestDevicePluginWaitsForTheSplit(t *testing.T) {
+	mixed := []string{names.KubeVirtDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager}
+	assert.NotContains(t, Staged(mixed, nil, nil), names.NVIDIADevicePlugin)
+	assert.Contains(t, Staged(mixed, map[string]bool{names.VFIOManager: true}, nil), names.NVIDIADevicePlugin)
+	assert.Contains(t, Staged(mixed, nil, map[string]bool{names.NVIDIADevicePlugin: true}), names.NVIDIADevicePlugin, "a running one stays")
+	container := []string{names.NRIPlugin, names.NVIDIADevicePlugin}
+	assert.Equal(t, container, Staged(container, nil, nil))
 }
 
 func TestDeployLabels(t *testing.T) {

@@ -93,9 +93,10 @@ func TestMonitoringObjects(t *testing.T) {
 		t.Errorf("PodMonitor in %q, want the operand namespace %q", pm.GetNamespace(), releaseNamespace)
 	}
 	for _, op := range operands.Names() {
-		if op == names.VGPUManager || op == names.VGPUDeviceManager {
-			// NVIDIA's image has no metrics port of ours; the vGPU device
-			// manager has no listener yet (no cmd/vgpu-device-manager).
+		if op == names.VGPUManager || op == names.VGPUDeviceManager || op == names.NVIDIADevicePlugin {
+			// NVIDIA's images (the vGPU host driver, the device plugin)
+			// have no metrics port of ours; the vGPU device manager has no
+			// listener yet (no cmd/vgpu-device-manager).
 			continue
 		}
 		ds, err := operands.Build(op, &v1alpha1.SandboxGPUPolicySpec{}, operands.Options{Namespace: releaseNamespace, Registry: "r", Version: "v"})

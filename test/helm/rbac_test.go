@@ -115,13 +115,16 @@ func leastPrivilege() []access {
 			denies(sa, "sandbox-gpu.io:sandboxgpupolicies", "", "get", "patch"),
 			denies(sa, "sandbox-gpu.io:sandboxgpunodes", "", "get", "patch"))
 	}
-	// Operands that never talk to the API server: nothing at all.
-	for _, op := range []string{names.VFIOManager, names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.VGPUManager} {
+	// Operands that never talk to the API server: nothing at all (NVIDIA's
+	// device plugin talks only to the kubelet).
+	for _, op := range []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.VGPUManager} {
 		sa := operands.ServiceAccountName(op)
 		add(denies(sa, "nodes", "", "get", "list", "watch", "patch"), denies(sa, "events", "default", "create"))
 	}
-	// Own-Node followers (the admission policy keeps each to its own Node).
-	for _, op := range []string{names.Validator, names.VGPUDeviceManager, names.ReleaseOperand(names.VGPUDeviceManager), names.GPUDiscovery} {
+	// Own-Node followers (the admission policy keeps each to its own Node):
+	// the VFIO manager follows its Node's sandbox-gpu.io/vm-gpus and
+	// patches the split's report.
+	for _, op := range []string{names.Validator, names.VGPUDeviceManager, names.ReleaseOperand(names.VGPUDeviceManager), names.GPUDiscovery, names.VFIOManager} {
 		add(grants(operands.ServiceAccountName(op), "nodes", "", "get", "list", "watch", "patch"))
 	}
 	// Events about their Node, in default: the vGPU device manager and its
@@ -129,7 +132,7 @@ func leastPrivilege() []access {
 	for _, op := range []string{names.VGPUDeviceManager, names.ReleaseOperand(names.VGPUDeviceManager)} {
 		add(grants(operands.ServiceAccountName(op), "events", "default", "create"))
 	}
-	for _, op := range []string{names.Validator, names.GPUDiscovery, names.ReleaseOperand(names.VFIOManager)} {
+	for _, op := range []string{names.Validator, names.GPUDiscovery, names.ReleaseOperand(names.VFIOManager), names.VFIOManager} {
 		add(denies(operands.ServiceAccountName(op), "events", "default", "create"))
 	}
 	// The VFIO manager's release: one merge patch of its Node, no reads.

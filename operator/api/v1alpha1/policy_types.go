@@ -28,7 +28,10 @@ const (
 // SandboxWorkloads turns sandboxed GPU workloads on and picks how.
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'kata' || !has(self.defaultWorkload) || self.defaultWorkload != 'vm-vgpu'",message="sandboxWorkloads.defaultWorkload vm-vgpu needs mode kubevirt: Kata takes no vGPU"
 type SandboxWorkloads struct {
-	// Enabled turns on sandbox workloads; when off every GPU node runs containers.
+	// Enabled turns on sandbox workloads. When off, every GPU node counts
+	// as a container node and the product runs no node operand there but
+	// the GPU discovery agent (and a release daemon while a node gives
+	// back GPUs it moved): NVIDIA's container stack serves containers.
 	// +optional
 	Enabled bool `json:"enabled"`
 	// Mode is the sandbox runtime: kubevirt or kata.
@@ -197,6 +200,24 @@ type NRIPluginSpec struct {
 	CDIHooks string `json:"cdiHooks,omitempty"`
 }
 
+// DevicePluginSpec configures NVIDIA's k8s-device-plugin, which the
+// operator runs on the nodes where containers get GPUs (container nodes
+// and the container side of mixed nodes), set up for the NRI plugin:
+// device IDs are GPU UUIDs passed in NVIDIA_VISIBLE_DEVICES, and the NRI
+// plugin injects the driver and the GPUs into its pod. Turn it off where
+// the GPU Operator's container stack (or another install) already runs it.
+type DevicePluginSpec struct {
+	OperandSpec `json:",inline"`
+	// DriverRoot is where the NVIDIA driver is installed on the node
+	// (NVIDIA_DRIVER_ROOT): / for a host-installed driver,
+	// /run/nvidia/driver for the GPU Operator's driver container.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:default="/"
+	// +optional
+	DriverRoot string `json:"driverRoot,omitempty"`
+}
+
 // KubeVirtSpec configures the KubeVirt integration.
 type KubeVirtSpec struct {
 	// ManagePermittedHostDevices keeps the KubeVirt CR's
@@ -289,6 +310,11 @@ type SandboxGPUPolicySpec struct {
 	// NRIPlugin injects allocated GPUs into ordinary containers.
 	// +optional
 	NRIPlugin NRIPluginSpec `json:"nriPlugin,omitempty"`
+	// DevicePlugin is NVIDIA's k8s-device-plugin (nvidia.com/gpu) where
+	// containers get GPUs. Its image defaults to NVIDIA's
+	// (nvcr.io/nvidia/k8s-device-plugin).
+	// +optional
+	DevicePlugin DevicePluginSpec `json:"devicePlugin,omitempty"`
 	// Validator checks a node's sandbox GPU setup.
 	// +optional
 	Validator OperandSpec `json:"validator,omitempty"`

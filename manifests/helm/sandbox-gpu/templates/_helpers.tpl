@@ -49,6 +49,7 @@ sandbox-gpu-discovery
 sandbox-gpu-kata-device-plugin
 sandbox-gpu-kubevirt-device-plugin
 sandbox-gpu-nri-plugin
+sandbox-gpu-nvidia-device-plugin
 sandbox-gpu-validator
 sandbox-gpu-vfio-manager
 sandbox-gpu-vfio-manager-release
