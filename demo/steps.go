@@ -31,7 +31,8 @@ func (s *story) steps() []step {
 	out := s.setUpSteps()
 	out = append(out, s.vgpuSteps()...)
 	out = append(out, s.permittedStep(), s.readyStep())
-	return append(out, s.vgpuChangeSteps()...)
+	out = append(out, s.vgpuChangeSteps()...)
+	return append(out, s.mixedSteps()...)
 }
 
 // node is the Node, nil when it cannot be read.
@@ -60,7 +61,7 @@ var passthrough = []string{"gpu-a10", "gpu-hgx"}
 func (s *story) setUpSteps() []step {
 	vm := []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}
 	vgpuOps := []string{names.KubeVirtDevicePlugin, names.Validator, names.VGPUDeviceManager}
-	wantOps := map[string][]string{"gpu-a10": vm, "gpu-hgx": vm, vgpuA10: vgpuOps, vgpuL40S: vgpuOps, "gpu-ctr": {names.NRIPlugin, names.NVIDIADevicePlugin}}
+	wantOps := map[string][]string{"gpu-a10": vm, "gpu-hgx": vm, vgpuA10: vgpuOps, vgpuL40S: vgpuOps, "gpu-ctr": containerOps}
 	return []step{
 		{what: "the operator runs one DaemonSet per enabled operand", cond: func(ctx context.Context) (bool, string) {
 			var list metav1.PartialObjectMetadataList

@@ -32,8 +32,8 @@ func TestStory(t *testing.T) {
 			rows[f[0]] = strings.Join(f[1:], " ")
 		}
 	}
-	assert.Equal(t, "vm-passthrough ready 1 1 0 - nvidia.com/GA102GL_A10=1", rows["gpu-a10"])
-	assert.Equal(t, "vm-passthrough ready 8 8 0 - nvidia.com/GH100_H100_SXM5_80GB=8", rows["gpu-hgx"])
+	assert.Equal(t, "container ready 0 0 0 - -", rows["gpu-a10"], "relabelled container: its GPU back on nvidia")
+	assert.Equal(t, "vm-passthrough ready 4 4 0 - nvidia.com/GH100_H100_SXM5_80GB=4", rows["gpu-hgx"], "mixed: 4 GPUs for VMs")
 	assert.Equal(t, "vm-vgpu ready 0 0 3 A10-8Q=success nvidia.com/NVIDIA_A10-8Q=3", rows[vgpuA10])
 	assert.Equal(t, "vm-vgpu ready 0 0 8 L40S-12Q=success nvidia.com/NVIDIA_L40S-12Q=8", rows[vgpuL40S])
 	assert.Equal(t, "container ready 0 0 0 - -", rows["gpu-ctr"])
