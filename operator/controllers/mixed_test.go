@@ -123,6 +123,22 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 		return slices.Equal(l, wantOps) && slices.Equal(n.a.Running(), wantOps)
 	})
 
+	// NVIDIA's device plugin started once the split was made: it found the
+	// four container GPUs on nvidia, the VM ones on vfio.
+	for _, st := range n.startsSince(0) {
+		if st.operand != names.NVIDIADevicePlugin {
+			continue
+		}
+		onVFIO := 0
+		for a, d := range st.drivers {
+			if f, err := n.a.Host().ReadFunction(a); err == nil && f.Role == host.RoleGPU && host.IsVFIODriver(d) {
+				onVFIO++
+			}
+		}
+		assert.Equal(t, 4, onVFIO, "NVIDIA's device plugin starts after the VFIO manager made the split")
+	}
+	assert.Contains(t, operandsOf(n.startsSince(0)), names.NVIDIADevicePlugin)
+
 	// A VM and containers at once: the kubelet gave the VM pod one VM GPU.
 	held := vm[len(vm)-1]
 	pod := vmPod(t, c, n.name, "vm-mixed", res)
@@ -177,4 +193,29 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 		return slices.Equal(l, vmOps) && slices.Equal(n.a.Running(), vmOps)
 	})
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
+}
+
+// Without sandbox workloads the product runs no node operand on a GPU node
+// (the discovery agent runs by no deploy label): whatever its label, it is
+// a container node that NVIDIA's container stack serves, ready at once;
+// annotated as a mixed node it runs nothing either.
+func TestSandboxOffRunsNoNodeOperand(t *testing.T) {
+	needEnv(t)
+	c := testClient(t)
+	setPolicy(t, c, v1alpha1.SandboxWorkloads{})
+	startOperator(t, newClock())
+	newNode(t, c, "off-ctr", map[string]string{names.WorkloadConfigLabel: "container"})
+	newNode(t, c, "off-vm", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
+	annotateVMGPUs(t, c, "off-vm", "2")
+	for _, n := range []string{"off-ctr", "off-vm"} {
+		st := waitState(t, c, n, "ready with container", func(s *v1alpha1.SandboxGPUNode) bool {
+			return s.Status.State == v1alpha1.StateReady && s.Status.AppliedConfig == v1alpha1.WorkloadContainer
+		})
+		assert.Empty(t, deployLabels(getNode(t, c, n)), "%s: no operand (%s)", n, st.Status.Message)
+	}
+	// Turned on, the container node gets the container operands.
+	setPolicy(t, c, sandboxOn("container"))
+	testutil.Eventually(t, wait, "the container operands", func() bool {
+		return slices.Equal(deployLabels(getNode(t, c, "off-ctr")), containerOps)
+	})
 }
