@@ -21,9 +21,10 @@ const (
 	// machine, so the handler's name stands in for it; what the suite checks is that the kubelet
 	// and containerd take the pod through that handler and resolve the Kata plugin's CDI spec.
 	kataHandler = "kata-qemu-nvidia-gpu"
-	// fixture is the simulated host of the node: one A10 (10de:2236) on nvidia, alone in IOMMU
-	// group 12.
-	fixture = "a10"
+	// fixture is the simulated host of the node: two A10s (10de:2236) on nvidia, 0000:3b:00.0 on
+	// NUMA node 0 in IOMMU group 12 and 0000:af:00.0 on NUMA node 1 in group 60 (the smallest
+	// mixed node).
+	fixture = "a10x2"
 	// imagesHint says how to make the images.
 	imagesHint = "run `make images` (it writes bin/images/<binary>.tar, which the suite imports into containerd)"
 )

@@ -184,13 +184,26 @@ func deletePodAndWait(t *testing.T, c *cluster.Cluster, ns, name string) {
 // setNodeLabel sets (value non-nil) or removes a label of the cluster's node.
 func setNodeLabel(ctx context.Context, t *testing.T, c *cluster.Cluster, key string, value *string) {
 	t.Helper()
+	setNodeMetadata(ctx, t, c, "labels", key, value)
+}
+
+// setNodeAnnotation sets (value non-nil) or removes an annotation of the cluster's node, as an
+// admin does with kubectl annotate.
+func setNodeAnnotation(ctx context.Context, t *testing.T, c *cluster.Cluster, key string, value *string) {
+	t.Helper()
+	setNodeMetadata(ctx, t, c, "annotations", key, value)
+}
+
+// setNodeMetadata sets or removes one entry of the node's labels or annotations (a merge patch).
+func setNodeMetadata(ctx context.Context, t *testing.T, c *cluster.Cluster, field, key string, value *string) {
+	t.Helper()
 	v := "null"
 	if value != nil {
 		v = fmt.Sprintf("%q", *value)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, key, v)
+	patch := fmt.Sprintf(`{"metadata":{%q:{%q:%s}}}`, field, key, v)
 	_, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	require.NoError(t, err, "label node %s", key)
+	require.NoError(t, err, "node %s %s", field, key)
 }
 
 // buildProbe builds internal/apiprobe, static, into a folder of the test and returns the folder.

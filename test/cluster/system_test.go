@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/simnode"
@@ -28,17 +30,21 @@ const (
 	installWithin = 2 * time.Minute  // helm install to the operator pod Ready
 	operandWithin = 3 * time.Minute  // a node label to its operands Ready
 	stepWithin    = 2 * time.Minute  // anything else
-	gpuAddress    = "0000:3b:00.0"   // the fixture's A10
+	gpuAddress    = "0000:3b:00.0"   // the fixture's A10 on NUMA node 0 (a mixed split's container GPU)
+	vmGPUAddress  = "0000:af:00.0"   // its A10 on NUMA node 1 (a mixed split's VM GPU)
 	a10Resource   = "nvidia.com/GA102GL_A10"
 	pgpuResource  = "nvidia.com/pgpu"
 )
 
-// TestSandboxGPU is the product on the one-node cluster of real parts, its node a simulated A10
-// host whose sysfs the operands write through FUSE (simnode). One node goes through the configs in
-// order: the chart installed (the operator Ready, the GPU found and labelled by the discovery agent,
-// the node a container node by default), then the node labelled vm-passthrough in KubeVirt mode,
-// then the policy switched to Kata, then helm uninstall (its pre-delete hook returns the GPU to its
-// host driver, and nothing of the product is left). Each step fails the rest.
+// TestSandboxGPU is the product on the one-node cluster of real parts, its node a simulated host of
+// two A10s whose sysfs the operands write through FUSE (simnode). One node goes through the configs
+// in order: the chart installed (the operator Ready, the GPUs found and labelled by the discovery
+// agent, the node a container node by default), then the node labelled vm-passthrough in KubeVirt
+// mode, then made a mixed node (one GPU for VMs, one for containers), then relabelled container (the
+// release returns the GPUs to their host driver before the NRI plugin comes back), then the policy
+// switched to Kata with the node vm-passthrough again, then helm uninstall (its pre-delete hook
+// returns the GPUs to their host driver, and nothing of the product is left). Each step fails the
+// rest.
 func TestSandboxGPU(t *testing.T) {
 	c, n := requireProduct(t)
 	ctx := testContext(t, systemWithin)
@@ -66,19 +72,20 @@ func TestSandboxGPU(t *testing.T) {
 		_, err := waitOperandReady(ctx, c, names.GPUDiscovery, operandWithin)
 		require.NoError(t, err)
 		require.NoError(t, waitNodeLabel(ctx, c, names.GPUPresentLabel, "true", stepWithin), "the discovery agent found the A10")
-		require.NoError(t, waitNodeLabel(ctx, c, names.GPUCountLabel, "1", stepWithin))
+		require.NoError(t, waitNodeLabel(ctx, c, names.GPUCountLabel, "2", stepWithin))
 	})
 	step("container", func(t *testing.T) { containerNode(ctx, t, c) })
 	step("vm-passthrough", func(t *testing.T) { vmPassthrough(ctx, t, c, n) })
+	step("mixed", func(t *testing.T) { mixedNode(ctx, t, c, n) })
+	step("back to container", func(t *testing.T) { backToContainer(ctx, t, c, n) })
 	step("kata", func(t *testing.T) { kataMode(ctx, t, c, n, rel) })
 	step("uninstall", func(t *testing.T) {
 		if dir := os.Getenv(logsEnv); dir != "" {
 			require.NoError(t, savePodLogs(ctx, c, dir), "the product's pod logs into %s", dir)
 		}
 		require.NoError(t, rel.uninstall())
-		require.NoError(t, pollTrue(ctx, stepWithin, func() (bool, error) {
-			return n.Kernel.DriverOf(gpuAddress) == "nvidia", nil
-		}), "helm uninstall returns the A10 to its host driver (driver %q)", n.Kernel.DriverOf(gpuAddress))
+		require.NoError(t, waitDrivers(ctx, n, stepWithin, map[string]string{gpuAddress: "nvidia", vmGPUAddress: "nvidia"}),
+			"helm uninstall returns the A10s to their host driver")
 		var left []string
 		require.NoError(t, pollTrue(ctx, operandWithin, func() (bool, error) {
 			var err error
@@ -95,6 +102,9 @@ func chartValues(n *simnode.Node, mode string) map[string]any {
 		"operator":         map[string]any{"imagePullPolicy": string(corev1.PullNever)},
 		"sandboxWorkloads": map[string]any{"enabled": true, "mode": mode, "defaultWorkload": "container"},
 		"testing":          map[string]any{"hostRoot": n.Root()},
+		// NVIDIA's device plugin image cannot be pulled here: the container node's nvidia.com/gpu
+		// comes from the suite's stand-in plugin, as where the GPU Operator's container stack runs it.
+		"devicePlugin": map[string]any{"enabled": false},
 	}
 }
 
@@ -147,19 +157,20 @@ func vmPassthrough(ctx context.Context, t *testing.T, c *cluster.Cluster, n *sim
 		require.NoError(t, err, op)
 	}
 	require.NoError(t, waitOperandGone(ctx, c, names.NRIPlugin, stepWithin))
-	require.NoError(t, pollTrue(ctx, stepWithin, func() (bool, error) {
-		return n.Kernel.DriverOf(gpuAddress) == "vfio-pci", nil
-	}), "the A10 on vfio-pci (driver %q)", n.Kernel.DriverOf(gpuAddress))
+	require.NoError(t, waitDrivers(ctx, n, stepWithin, map[string]string{gpuAddress: "vfio-pci", vmGPUAddress: "vfio-pci"}))
 	var wrote []string
 	for _, w := range n.Kernel.Writes() {
 		wrote = append(wrote, w.Path+"="+strings.TrimSpace(w.Data))
 	}
 	t.Logf("sysfs writes of the VFIO manager's pod through FUSE: %v", wrote)
-	require.NoError(t, waitAllocatable(ctx, c, a10Resource, 1, stepWithin))
+	require.NoError(t, waitAllocatable(ctx, c, a10Resource, 2, stepWithin))
 	require.NoError(t, waitNodeStateReady(ctx, c, "vm-passthrough", stepWithin))
+	vmPod(ctx, t, c, n, "vms", gpuAddress, vmGPUAddress)
+}
 
-	group := iommuGroup(t, n)
-	ns := "vms"
+// vmPod runs a pod shaped like KubeVirt's virt-launcher asking for one A10 in a new namespace: it
+// gets the address of one of want in PCI_RESOURCE_NVIDIA_COM_GA102GL_A10 and that GPU's VFIO nodes.
+func vmPod(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node, ns string, want ...string) {
 	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
 	pod := busyboxPod("virt-launcher-testvm-x7k2p", "exec sleep 2147483647")
 	pod.Labels = map[string]string{"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "testvm"}
@@ -171,15 +182,34 @@ func vmPassthrough(ctx context.Context, t *testing.T, c *cluster.Cluster, n *sim
 	require.NoError(t, err)
 	env, _, err := c.Exec(ctx, ns, pod.Name, "compute", "/bin/sh", "-c", "echo $PCI_RESOURCE_NVIDIA_COM_GA102GL_A10")
 	require.NoError(t, err)
-	assert.Equal(t, gpuAddress, strings.TrimSpace(env), "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10")
-	assert.Equal(t, vfioNodes(group), deviceNodes(ctx, t, c, ns, pod.Name, "compute", "/dev/vfio/*"),
+	got := strings.TrimSpace(env)
+	require.Contains(t, want, got, "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10")
+	assert.Equal(t, vfioNodes(iommuGroup(t, n, got)), deviceNodes(ctx, t, c, ns, pod.Name, "compute", "/dev/vfio/*"),
 		"the group node and the VFIO container node, as the simulated host's character devices")
 	deletePodAndWait(t, c, ns, pod.Name)
 }
 
-// kataMode: the policy switched to Kata (helm upgrade) replaces the KubeVirt plugin by the Kata
-// plugin, which writes its CDI spec where containerd reads specs; a pod of the Kata runtime class
-// asking for nvidia.com/pgpu gets the VFIO nodes through containerd's CDI resolution of that spec.
+// backToContainer: relabelled container (and the split's annotation gone), the node's VM operands
+// stop, the VFIO manager's release DaemonSet returns the VM's A10 to its host driver, and the NRI
+// plugin runs; the kubelet's allocatable for the A10 drops to zero.
+func backToContainer(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node) {
+	setNodeLabel(ctx, t, c, names.WorkloadConfigLabel, ptr.To("container"))
+	setNodeAnnotation(ctx, t, c, names.VMGPUsAnnotation, nil)
+	require.NoError(t, waitDrivers(ctx, n, operandWithin, map[string]string{gpuAddress: "nvidia", vmGPUAddress: "nvidia"}),
+		"the release returns the A10s to nvidia")
+	_, err := waitOperandReady(ctx, c, names.NRIPlugin, operandWithin)
+	require.NoError(t, err)
+	for _, op := range []string{names.VFIOManager, names.ReleaseOperand(names.VFIOManager), names.KubeVirtDevicePlugin, names.Validator} {
+		require.NoError(t, waitOperandGone(ctx, c, op, stepWithin), op)
+	}
+	require.NoError(t, waitNodeStateReady(ctx, c, "container", stepWithin))
+	require.NoError(t, waitAllocatable(ctx, c, a10Resource, 0, stepWithin))
+}
+
+// kataMode: the policy switched to Kata (helm upgrade) and the node labelled vm-passthrough again
+// run the Kata plugin instead of the KubeVirt plugin; it writes its CDI spec where containerd reads
+// specs, and a pod of the Kata runtime class asking for nvidia.com/pgpu gets the VFIO nodes through
+// containerd's CDI resolution of that spec.
 func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node, rel *release) {
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: kataHandler}, Handler: kataHandler}
 	_, err := c.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{})
@@ -190,10 +220,13 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 		assert.NoError(t, c.Client.NodeV1().RuntimeClasses().Delete(ctx, rc.Name, metav1.DeleteOptions{}), "delete RuntimeClass %s", rc.Name)
 	})
 	require.NoError(t, rel.upgrade(ctx, chartValues(n, "kata")))
+	setNodeLabel(ctx, t, c, names.WorkloadConfigLabel, ptr.To("vm-passthrough"))
 	_, err = waitOperandReady(ctx, c, names.KataDevicePlugin, operandWithin)
 	require.NoError(t, err)
 	require.NoError(t, waitOperandGone(ctx, c, names.KubeVirtDevicePlugin, stepWithin))
-	require.NoError(t, waitAllocatable(ctx, c, pgpuResource, 1, stepWithin))
+	require.NoError(t, waitDrivers(ctx, n, stepWithin, map[string]string{gpuAddress: "vfio-pci", vmGPUAddress: "vfio-pci"}),
+		"the A10s on vfio-pci again")
+	require.NoError(t, waitAllocatable(ctx, c, pgpuResource, 2, stepWithin))
 	specs, err := filepath.Glob(filepath.Join(c.HostPath("/etc/cdi"), "sandbox-gpu-kata-*")) // the DaemonSet's --cdi-dir
 	require.NoError(t, err)
 	require.Len(t, specs, 1, "the Kata plugin's CDI spec in the node's /etc/cdi (never /var/run/cdi, which would outrank an nvidia.com/gpu spec)")
@@ -202,7 +235,6 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	t.Logf("%s:\n%s", specs[0], indent(string(data)))
 	require.NoError(t, waitNodeStateReady(ctx, c, "vm-passthrough", stepWithin))
 
-	group := iommuGroup(t, n)
 	ns := "kata"
 	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
 	pod := busyboxPod("kata-gpu", "exec sleep 2147483647")
@@ -215,17 +247,35 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	handlers, err := c.SandboxHandlers(ctx, ns, pod.Name)
 	require.NoError(t, err)
 	assert.Equal(t, []string{kataHandler}, handlers, "the pod sandbox's runtime handler")
-	assert.Equal(t, vfioNodes(group), deviceNodes(ctx, t, c, ns, pod.Name, "main", "/dev/vfio/*"),
-		"the VFIO nodes of the Kata plugin's CDI spec, resolved by containerd")
+	got := deviceNodes(ctx, t, c, ns, pod.Name, "main", "/dev/vfio/*")
+	assert.Contains(t, []map[string]string{vfioNodes(iommuGroup(t, n, gpuAddress)), vfioNodes(iommuGroup(t, n, vmGPUAddress))}, got,
+		"the VFIO nodes of one A10 from the Kata plugin's CDI spec, resolved by containerd")
 	deletePodAndWait(t, c, ns, pod.Name)
 }
 
-// iommuGroup is the IOMMU group of the fixture's A10, from the simulated sysfs.
-func iommuGroup(t *testing.T, n *simnode.Node) string {
+// iommuGroup is the IOMMU group of one of the fixture's GPUs, from the simulated sysfs.
+func iommuGroup(t *testing.T, n *simnode.Node, address string) string {
 	t.Helper()
-	link, err := os.Readlink(filepath.Join(n.SysDir(), "bus/pci/devices", gpuAddress, "iommu_group"))
+	link, err := os.Readlink(filepath.Join(n.SysDir(), "bus/pci/devices", address, "iommu_group"))
 	require.NoError(t, err)
 	return filepath.Base(link)
+}
+
+// waitDrivers waits until each function is bound to its driver in the simulated kernel.
+func waitDrivers(ctx context.Context, n *simnode.Node, within time.Duration, want map[string]string) error {
+	got := map[string]string{}
+	err := pollTrue(ctx, within, func() (bool, error) {
+		ok := true
+		for a, d := range want {
+			got[a] = n.Kernel.DriverOf(host.Address(a))
+			ok = ok && got[a] == d
+		}
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("drivers %v, want %v: %w", got, want, err)
+	}
+	return nil
 }
 
 // vfioNodes are the nodes a container given the group's GPU sees under /dev/vfio: the group node
