@@ -80,6 +80,7 @@ type Agent struct {
 	// split follows the Node's sandbox-gpu.io/vm-gpus (each pass) for the
 	// VFIO manager.
 	split splitWatch
+	pids  int // the last pid given to a stand-in process
 
 	reports sync.Mutex
 	valid   *validator.Validator

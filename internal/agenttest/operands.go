@@ -118,6 +118,18 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 		a.reports.Unlock()
 		run(func() { _ = v.Run(ctx) })
 		op.ready = func() bool { return v.Report().Ready }
+	case names.NVIDIADevicePlugin:
+		// NVIDIA's device plugin, taken as ready; on a simulated host it
+		// holds every GPU on its host driver open, as NVML does.
+		pid := a.standInPID()
+		a.holdHostGPUs(pid, log)
+		run(func() {
+			<-ctx.Done()
+			if a.k != nil {
+				_ = a.k.Exit(pid) // its files close, as a process's do
+			}
+		})
+		op.ready = func() bool { return true }
 	default:
 		// No container runtime and no driver here: the NRI plugin, the vGPU
 		// host driver and whatever else is taken as ready.

@@ -90,7 +90,10 @@ func addrs(ss []string) []host.Address {
 // container operands too (the NRI plugin, NVIDIA's device plugin) and the
 // node is ready. A VM pod is allocated one VM GPU by the kubelet while
 // containers keep the nvidia GPUs. vm-gpus=2 moves two idle GPUs back and
-// keeps the allocated one; vm-gpus=0 returns the other idle one, reports
+// keeps the allocated one; vm-gpus=6 moves four container GPUs that NVIDIA's
+// device plugin holds open: the operator stops it while the VFIO manager is
+// not ready and starts it again once they moved; vm-gpus=0 returns the
+// idle ones, reports
 // the allocated one as left (the node configuring, the GPU untouched) until
 // the kubelet frees it, then every GPU is on nvidia. Removing the annotation makes it a plain
 // vm-passthrough node again, without the container operands.
@@ -98,9 +101,9 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
 	n := startSimNode(t, c, "mixed-hgx", "hgx-h100", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
-	annotateVMGPUs(t, c, n.name, "4")
+	annotateVMGPUs(t, c, n.name, "4") // declared before the operator sets the node up
+	startOperator(t, newClock())
 	const res = "nvidia.com/GH100_H100_SXM5_80GB"
 
 	s := n.splitReport(t, "four VM GPUs", func(s nodereport.Split) bool { return s.Declared == "4" && s.Ready })
@@ -160,7 +163,39 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.Equal(t, vm2, addrs(s.VM))
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 
-	// None: the idle one goes back; the allocated one cannot, and is
+	// Six, while NVIDIA's device plugin holds the six container GPUs open
+	// (NVML): the VFIO manager cannot move four of them, is not ready, and
+	// the operator stops the device plugin until they moved; it then starts
+	// again with the two container GPUs left.
+	mark := n.startCount()
+	annotateVMGPUs(t, c, n.name, "6")
+	s = n.splitReport(t, "six VM GPUs", func(s nodereport.Split) bool { return s.Declared == "6" && s.Ready && len(s.VM) == 6 })
+	n.waitAllocatable(t, res+"=6")
+	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
+	vm6, ctr6 := n.gpuSides(t)
+	assert.Len(t, vm6, 6)
+	assert.Len(t, ctr6, 2)
+	assert.Contains(t, vm6, held)
+	restarted := false
+	for _, st := range n.startsSince(mark) {
+		if st.operand != names.NVIDIADevicePlugin {
+			continue
+		}
+		restarted = true
+		onHost := 0
+		for a, d := range st.drivers {
+			if f, err := n.a.Host().ReadFunction(a); err == nil && f.Role == host.RoleGPU && !host.IsVFIODriver(d) {
+				onHost++
+			}
+		}
+		assert.Equal(t, 2, onHost, "NVIDIA's device plugin restarts with the container GPUs of the new split")
+	}
+	assert.True(t, restarted, "NVIDIA's device plugin was stopped for the move and started again")
+	testutil.Eventually(t, agentWait, "the container operands run again", func() bool {
+		return slices.Equal(deployLabels(getNode(t, c, n.name)), wantOps) && slices.Equal(n.a.Running(), wantOps)
+	})
+
+	// None: the idle ones go back; the allocated one cannot, and is
 	// reported until the kubelet frees it.
 	annotateVMGPUs(t, c, n.name, "0")
 	s = n.splitReport(t, "the allocated GPU left", func(s nodereport.Split) bool {

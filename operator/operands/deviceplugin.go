@@ -45,7 +45,7 @@ func devicePluginImage(p *v1alpha1.SandboxGPUPolicySpec, _ Options) string {
 // talks only to the kubelet: no token, no RBAC; not privileged.
 func nvidiaDevicePlugin(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
-	c.Command = []string{"nvidia-device-plugin"}
+	c.Command = []string{"nvidia-device-plugin"} // the image's entrypoint, in /usr/bin
 	c.Args = nil
 	root := p.DevicePlugin.DriverRoot
 	if root == "" {
@@ -58,7 +58,6 @@ func nvidiaDevicePlugin(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, 
 		corev1.EnvVar{Name: "FAIL_ON_INIT_ERROR", Value: "true"},
 		corev1.EnvVar{Name: "NVIDIA_DRIVER_ROOT", Value: root},
 		corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
-		corev1.EnvVar{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "utility"},
 	)
 	if ds.Spec.Template.Annotations == nil {
 		ds.Spec.Template.Annotations = map[string]string{}

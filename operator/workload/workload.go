@@ -168,9 +168,13 @@ func Unsupported(config string, p *v1alpha1.SandboxGPUPolicy) string {
 // enables the SR-IOV VFs itself at start and tears them down when that
 // fails, so nothing may touch the VFs before it is done.
 //
-// On a mixed node NVIDIA's device plugin waits for the VFIO manager: it
-// lists the GPUs it finds at its start, which must be the container GPUs
-// only, after the VM GPUs moved to vfio.
+// On a mixed node NVIDIA's device plugin runs only while the VFIO manager
+// is ready (RunsWhileReady): it lists the GPUs it finds at its start, which
+// must be the container GPUs only, after the VM GPUs moved to vfio; and
+// NVML holds every GPU it sees open, so a GPU it serves cannot move to a VM
+// (the VFIO manager takes it as in use). A change of the split that moves
+// GPUs to VMs makes the VFIO manager not ready: the device plugin stops,
+// the GPUs move, and it starts again with the new container GPUs.
 func Prerequisite(operand string) string {
 	switch operand {
 	case names.VGPUDeviceManager:
@@ -181,15 +185,20 @@ func Prerequisite(operand string) string {
 	return ""
 }
 
+// RunsWhileReady reports whether operand runs only while its prerequisite
+// is ready (NVIDIA's device plugin on a mixed node); other operands, once
+// running, are never stopped for their prerequisite's restart.
+func RunsWhileReady(operand string) bool { return operand == names.NVIDIADevicePlugin }
+
 // Staged returns the operands to label now: those of want whose
 // prerequisite is not wanted, is ready (ready[name]), or that run already
 // (labelled[name]: a running operand is never stopped for its
-// prerequisite's restart).
+// prerequisite's restart, unless it RunsWhileReady).
 func Staged(want []string, ready, labelled map[string]bool) []string {
 	out := make([]string, 0, len(want))
 	for _, o := range want {
 		pre := Prerequisite(o)
-		if pre == "" || !slices.Contains(want, pre) || ready[pre] || labelled[o] {
+		if pre == "" || !slices.Contains(want, pre) || ready[pre] || labelled[o] && !RunsWhileReady(o) {
 			out = append(out, o)
 		}
 	}

@@ -130,14 +130,15 @@ func TestOperandsTable(t *testing.T) {
 	assert.True(t, Mixed(mixed("1")))
 }
 
-// On a mixed node NVIDIA's device plugin starts once the VFIO manager is
-// ready (it lists the GPUs it finds at start: the container GPUs only);
-// on a container node it has nothing to wait for.
+// On a mixed node NVIDIA's device plugin runs only while the VFIO manager
+// is ready (it lists the GPUs it finds at start: the container GPUs only,
+// and holds them open); on a container node it has nothing to wait for.
 func TestDevicePluginWaitsForTheSplit(t *testing.T) {
 	mixed := []string{names.KubeVirtDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager}
 	assert.NotContains(t, Staged(mixed, nil, nil), names.NVIDIADevicePlugin)
 	assert.Contains(t, Staged(mixed, map[string]bool{names.VFIOManager: true}, nil), names.NVIDIADevicePlugin)
-	assert.Contains(t, Staged(mixed, nil, map[string]bool{names.NVIDIADevicePlugin: true}), names.NVIDIADevicePlugin, "a running one stays")
+	assert.NotContains(t, Staged(mixed, nil, map[string]bool{names.NVIDIADevicePlugin: true}), names.NVIDIADevicePlugin,
+		"a running one stops while the VFIO manager is not ready (NVML holds the GPUs it serves: none could move to a VM)")
 	container := []string{names.NRIPlugin, names.NVIDIADevicePlugin}
 	assert.Equal(t, container, Staged(container, nil, nil))
 }
