@@ -72,7 +72,10 @@ var builders = map[string]builder{
 			// It splits the GPUs as its Node's sandbox-gpu.io/vm-gpus
 			// says (absent: every GPU), which it reads and watches with
 			// its token, and reports the split on that Node.
-			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node"}
+			// A move refused because a GPU was busy (NVIDIA's device plugin
+			// still stopping, a container still ending) is tried again at
+			// the next resync: a minute, not the binary's five.
+			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node", "--resync=1m"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
