@@ -34,6 +34,10 @@ type DaemonOptions struct {
 	LockFile string
 	// Resync is the period of the safety-net reconcile (default 5m).
 	Resync time.Duration
+	// Retry reconciles again this soon after a reconcile that refused a
+	// function (in use: a VM, a container, NVIDIA's device plugin still
+	// stopping) or failed (default 10s, at most Resync).
+	Retry time.Duration
 	// Heartbeat is how often the readiness file is rewritten while the
 	// daemon lives (default 10s); readers take a file whose heartbeat is
 	// older than three of these as a dead daemon's.
@@ -83,6 +87,10 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 	if opts.Resync <= 0 {
 		opts.Resync = 5 * time.Minute
 	}
+	if opts.Retry <= 0 {
+		opts.Retry = 10 * time.Second
+	}
+	opts.Retry = min(opts.Retry, opts.Resync)
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = 10 * time.Second
 	}
@@ -114,8 +122,9 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 	return d, nil
 }
 
-// Run reconciles at start, on every change of the config file and every
-// Resync, until ctx ends. On return the readiness file is removed and no
+// Run reconciles at start, on every change of the config file, every
+// Resync and Retry after a reconcile that refused or failed, until ctx
+// ends. On return the readiness file is removed and no
 // function is moved.
 func (d *Daemon) Run(ctx context.Context) error {
 	var events <-chan fsnotify.Event
@@ -154,36 +163,51 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer tick.Stop()
 	beat := time.NewTicker(d.opts.Heartbeat)
 	defer beat.Stop()
-	d.reconcileAndLog(ctx, "start")
+	retry := time.NewTimer(d.opts.Retry)
+	retry.Stop()
+	defer retry.Stop()
+	why := "start"
 	for {
+		if why != "" {
+			if d.reconcileAndLog(ctx, why) {
+				retry.Reset(d.opts.Retry)
+			} else {
+				retry.Stop()
+			}
+		}
+		why = ""
 		select {
 		case <-ctx.Done():
 			d.opts.Log.Info("Stopping; functions stay where they are")
 			return nil
 		case ev := <-events:
 			if filepath.Base(ev.Name) == filepath.Base(d.opts.ConfigFile) || ev.Has(fsnotify.Create) {
-				d.reconcileAndLog(ctx, "config changed")
+				why = "config changed"
 			}
 		case err := <-watchErrs:
 			// Events may have been lost (queue overflow): reconcile anyway.
 			d.opts.Log.Error(err, "Watching the config file", "path", d.opts.ConfigFile)
-			d.reconcileAndLog(ctx, "watch error")
+			why = "watch error"
 		case <-declChanged:
-			d.reconcileAndLog(ctx, "vm-gpus changed")
+			why = "vm-gpus changed"
 		case <-tick.C:
-			d.reconcileAndLog(ctx, "resync")
+			why = "resync"
+		case <-retry.C:
+			why = "retry"
 		case <-beat.C:
 			d.heartbeat()
 		}
 	}
 }
 
-func (d *Daemon) reconcileAndLog(ctx context.Context, why string) {
+// reconcileAndLog reconciles and logs what moved and what did not; it
+// reports whether to try again soon (a refusal or a failure).
+func (d *Daemon) reconcileAndLog(ctx context.Context, why string) bool {
 	rep, err := d.Reconcile(ctx)
 	log := d.opts.Log.WithValues("trigger", why)
 	if err != nil {
 		log.Error(err, "Reconcile failed")
-		return
+		return true
 	}
 	for _, a := range rep.Actions {
 		log.Info("Moved function", "address", a.Address, "from", a.From, "to", a.To)
@@ -192,6 +216,7 @@ func (d *Daemon) reconcileAndLog(ctx context.Context, why string) {
 		log.Info("Left function as it is", "address", r.Address, "reason", r.Reason)
 	}
 	log.V(1).Info("Reconciled", "vfio", len(rep.VFIO), "refused", len(rep.Refused))
+	return len(rep.Refused) > 0
 }
 
 // Reconcile moves the host one step towards the desired state and updates

@@ -229,3 +229,28 @@ func TestDaemonSplitMovesWholeGroups(t *testing.T) {
 		assert.False(t, strings.HasPrefix(k.DriverOf(a), "vfio"), "%s stays on its host driver", a)
 	}
 }
+
+// TestDaemonRetriesSoonAfterARefusal: a GPU left where it was because it
+// was in use moves once it is free, at the next retry, without waiting for
+// the resync (an hour here) or a change of the declaration.
+func TestDaemonRetriesSoonAfterARefusal(t *testing.T) {
+	k, h := buildFixture(t, "hgx-h100")
+	move(t, h, Selection{Devices: hgx(5)}, ToVFIO)
+	require.NoError(t, k.HoldOpen(900, "qemu-kvm", "vfio/25")) // GPU 5
+	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: t.TempDir(), Resync: time.Hour, Retry: 20 * time.Millisecond,
+		Log: logr.Discard(), VMGPUsFrom: newDecl("0").declaration()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { rd.done <- d.Run(ctx) }()
+	t.Cleanup(cancel)
+	rep := rd.report(t, "the held GPU reported", func(r *ReadyReport) bool { return len(r.Split.Left) == 1 })
+	assert.Contains(t, refusedFor(rep, hgxGPUs[5]), "qemu-kvm")
+
+	require.NoError(t, k.Exit(900))
+	rep = rd.report(t, "moved at a retry", func(r *ReadyReport) bool { return r.Ready })
+	assert.Empty(t, rep.Split.Left)
+	assert.Equal(t, "nvidia", k.DriverOf(hgxGPUs[5]))
+	rd.stop(t)
+	assert.Empty(t, k.Violations())
+}

@@ -74,8 +74,8 @@ var builders = map[string]builder{
 			// its token, and reports the split on that Node.
 			// A move refused because a GPU was busy (NVIDIA's device plugin
 			// still stopping, a container still ending) is tried again at
-			// the next resync: a minute, not the binary's five.
-			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node", "--resync=1m"}
+			// the binary's --retry (10s).
+			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}

@@ -21,7 +21,7 @@ import (
 func daemonCommand() *shell.Command {
 	var c common
 	var config, readyDir, nodeName string
-	var resync, heartbeat time.Duration
+	var resync, retry, heartbeat time.Duration
 	var release, fromNode bool
 	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--vm-gpus SPLIT | --vm-gpus-from-node] [--ready-dir DIR] [--health-addr ADDR]",
 		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: ":8081", Daemon: true,
@@ -30,6 +30,7 @@ func daemonCommand() *shell.Command {
 			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host, release); watched for changes")
 			fs.StringVar(&readyDir, "ready-dir", names.RunDir, "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "period of the safety-net reconcile")
+			fs.DurationVar(&retry, "retry", 10*time.Second, "reconcile again this soon after one that left a function where it was (in use) or failed")
 			fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "how often the readiness file is renewed; readers take one three heartbeats old as a dead daemon's")
 			fs.BoolVar(&release, "release", false, "return every function of --vendor (NVSwitches included) to its host driver, never one in use, and "+
 				"hold the host lock while running; ready once none is left on vfio. In a pod, the report goes to its Node's "+
@@ -87,7 +88,7 @@ func daemonCommand() *shell.Command {
 				decl, report = ns.Declaration(), ns.Publish
 			}
 			d, err := vfio.NewDaemon(vfio.DaemonOptions{Allocations: alloc, Host: c.host(env, !c.noModprobe), Desired: desired, ConfigFile: config,
-				ReadyDir: readyDir, Resync: resync, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics,
+				ReadyDir: readyDir, Resync: resync, Retry: retry, Heartbeat: heartbeat, Log: env.Log, LockFile: c.lockPath(onRunningKernel(env)), Registerer: env.Metrics,
 				OnReport: report, VMGPUsFrom: decl, ModelNames: modelNames})
 			if err != nil {
 				return err
