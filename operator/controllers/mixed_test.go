@@ -73,6 +73,17 @@ func (n *simNode) gpuSides(t *testing.T) (vfio, hostDriver []host.Address) {
 	return vfio, hostDriver
 }
 
+// hostGPUs counts the GPUs on their host driver in a start's record.
+func hostGPUs(n *simNode, drivers map[host.Address]string) int {
+	onHost := 0
+	for a, d := range drivers {
+		if f, err := n.a.Host().ReadFunction(a); err == nil && f.Role == host.RoleGPU && !host.IsVFIODriver(d) {
+			onHost++
+		}
+	}
+	return onHost
+}
+
 func addrs(ss []string) []host.Address {
 	out := make([]host.Address, 0, len(ss))
 	for _, s := range ss {
@@ -90,7 +101,8 @@ func addrs(ss []string) []host.Address {
 // container operands too (the NRI plugin, NVIDIA's device plugin) and the
 // node is ready. A VM pod is allocated one VM GPU by the kubelet while
 // containers keep the nvidia GPUs. vm-gpus=2 moves two idle GPUs back and
-// keeps the allocated one; vm-gpus=6 moves four container GPUs that NVIDIA's
+// keeps the allocated one, and the operator restarts NVIDIA's device plugin
+// to serve the two GPUs that joined the container GPUs; vm-gpus=6 moves four container GPUs that NVIDIA's
 // device plugin holds open: the operator stops it while the VFIO manager is
 // not ready and starts it again once they moved; vm-gpus=0 returns the
 // idle ones, reports
@@ -152,6 +164,10 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.EqualValues(t, 4, st.Status.BoundToVFIO)
 
 	// Two: two idle GPUs go back, the allocated one stays on vfio.
+	st = nodeState(c, n.name)
+	require.NotNil(t, st)
+	assert.Equal(t, addrs(s.Container), addrs(st.Status.ContainerGPUs), "the container GPUs NVIDIA's device plugin started with")
+	mark := n.startCount()
 	annotateVMGPUs(t, c, n.name, "2")
 	s = n.splitReport(t, "two VM GPUs", func(s nodereport.Split) bool { return s.Declared == "2" && s.Ready })
 	n.waitAllocatable(t, res+"=2")
@@ -161,13 +177,29 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.Contains(t, vm2, held, "the allocated GPU is kept")
 	assert.Subset(t, vm, vm2, "no container GPU moved to vfio")
 	assert.Equal(t, vm2, addrs(s.VM))
-	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
+	// NVIDIA's device plugin finds GPUs only at its start: the operator
+	// restarts it to serve the two that joined the container GPUs.
+	testutil.Eventually(t, agentWait, "NVIDIA's device plugin restarted with the six container GPUs", func() bool {
+		for _, st := range n.startsSince(mark) {
+			if st.operand == names.NVIDIADevicePlugin && hostGPUs(n, st.drivers) == 6 {
+				return true
+			}
+		}
+		return false
+	})
+	st = n.waitFor(t, "the new container GPUs recorded", func(s *v1alpha1.SandboxGPUNode) bool {
+		return len(s.Status.ContainerGPUs) == 6 && s.Status.State == v1alpha1.StateReady
+	})
+	assert.Equal(t, ctr2, addrs(st.Status.ContainerGPUs))
+	testutil.Eventually(t, agentWait, "the container operands run again after the restart", func() bool {
+		return slices.Equal(n.a.Running(), wantOps)
+	})
 
 	// Six, while NVIDIA's device plugin holds the six container GPUs open
 	// (NVML): the VFIO manager cannot move four of them, is not ready, and
 	// the operator stops the device plugin until they moved; it then starts
 	// again with the two container GPUs left.
-	mark := n.startCount()
+	mark = n.startCount()
 	annotateVMGPUs(t, c, n.name, "6")
 	s = n.splitReport(t, "six VM GPUs", func(s nodereport.Split) bool { return s.Declared == "6" && s.Ready && len(s.VM) == 6 })
 	n.waitAllocatable(t, res+"=6")
@@ -182,13 +214,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 			continue
 		}
 		restarted = true
-		onHost := 0
-		for a, d := range st.drivers {
-			if f, err := n.a.Host().ReadFunction(a); err == nil && f.Role == host.RoleGPU && !host.IsVFIODriver(d) {
-				onHost++
-			}
-		}
-		assert.Equal(t, 2, onHost, "NVIDIA's device plugin restarts with the container GPUs of the new split")
+		assert.Equal(t, 2, hostGPUs(n, st.drivers), "NVIDIA's device plugin restarts with the container GPUs of the new split")
 	}
 	assert.True(t, restarted, "NVIDIA's device plugin was stopped for the move and started again")
 	testutil.Eventually(t, agentWait, "the container operands run again", func() bool {

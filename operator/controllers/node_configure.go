@@ -28,7 +28,11 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 	for _, o := range want {
 		labelled[o] = node.Labels[names.DeployLabel(o)] == "true"
 	}
-	if err := r.ensureNode(ctx, node, workload.Staged(want, ready, labelled), nil, leftVGPU(st, desired)); err != nil {
+	staged, err := r.followSplit(ctx, node, st, want, workload.Staged(want, ready, labelled), rep)
+	if err != nil {
+		return ctrl.Result{}, "", err
+	}
+	if err := r.ensureNode(ctx, node, staged, nil, leftVGPU(st, desired)); err != nil {
 		return ctrl.Result{}, "", err
 	}
 	if applied != desired {

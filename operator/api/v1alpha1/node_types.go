@@ -77,6 +77,12 @@ type SandboxGPUNodeStatus struct {
 	// Message explains the state (an invalid label, what a drain waits for).
 	// +optional
 	Message string `json:"message,omitempty"`
+	// ContainerGPUs are, on a mixed node, the container GPUs (PCI
+	// addresses) NVIDIA's device plugin was started with. It finds GPUs
+	// only at its start: when the split gives GPUs back to containers, the
+	// operator restarts it (through its deploy label).
+	// +optional
+	ContainerGPUs []string `json:"containerGPUs,omitempty"`
 	// Transition is the config change in progress, or the last one completed.
 	// +optional
 	Transition *ConfigTransition `json:"transition,omitempty"`

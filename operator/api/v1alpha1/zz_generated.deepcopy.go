@@ -235,6 +235,11 @@ func (in *SandboxGPUNodeStatus) DeepCopyInto(out *SandboxGPUNodeStatus) {
 		in, out := &in.Since, &out.Since
 		*out = (*in).DeepCopy()
 	}
+	if in.ContainerGPUs != nil {
+		in, out := &in.ContainerGPUs, &out.ContainerGPUs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Transition != nil {
 		in, out := &in.Transition, &out.Transition
 		*out = new(ConfigTransition)

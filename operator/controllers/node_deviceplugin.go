@@ -1,0 +1,98 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
+)
+
+// EventDevicePluginRestart: on a mixed node, the split gave GPUs back to
+// containers and NVIDIA's device plugin, which finds GPUs only at its
+// start, is restarted to serve them.
+const EventDevicePluginRestart = "DevicePluginRestart"
+
+// followSplit keeps NVIDIA's device plugin on a mixed node serving the
+// split's container GPUs, given the operands staged for labelling; it
+// returns those to label now. The device plugin lists GPUs only at its
+// start; the split moving GPUs to VMs already stops it (it runs only while
+// the VFIO manager is ready), but a split giving GPUs back to containers
+// leaves it running without them. So: when GPUs join the container GPUs
+// it started with (status.containerGPUs), its deploy label goes; it comes
+// back once its pod is gone (so that the DaemonSet controller sees the
+// change and starts a new pod), and the container GPUs it starts with are
+// recorded.
+func (r *NodeReconciler) followSplit(ctx context.Context, node *corev1.Node, st *v1alpha1.SandboxGPUNode, want, staged []string, rep *nodeReport) ([]string, error) {
+	dp := names.NVIDIADevicePlugin
+	if !slices.Contains(want, names.VFIOManager) || !slices.Contains(want, dp) {
+		st.Status.ContainerGPUs = nil // not a mixed node running it
+		return staged, nil
+	}
+	if !slices.Contains(staged, dp) {
+		return staged, nil // the split is being changed: it is stopped anyway
+	}
+	split, reported := nodeSplit(node)
+	if node.Labels[names.DeployLabel(dp)] == "true" {
+		joined := joinedGPUs(st.Status.ContainerGPUs, split.Container)
+		if !reported || !split.Ready || len(joined) == 0 {
+			return staged, nil
+		}
+		rep.add(false, EventDevicePluginRestart, "Restart", fmt.Sprintf("Node %s: %s joined the container GPUs; NVIDIA's device plugin finds GPUs only at its start, so it restarts to serve them.",
+			node.Name, nameList(joined)))
+		return slices.DeleteFunc(slices.Clone(staged), func(o string) bool { return o == dp }), nil
+	}
+	gone, err := r.operandPodGone(ctx, node.Name, dp)
+	if err != nil {
+		return nil, err
+	}
+	if !gone {
+		return slices.DeleteFunc(slices.Clone(staged), func(o string) bool { return o == dp }), nil
+	}
+	st.Status.ContainerGPUs = nil
+	if reported {
+		st.Status.ContainerGPUs = slices.Clone(split.Container)
+	}
+	return staged, nil
+}
+
+// nodeSplit reads the VFIO manager's split report on the node.
+func nodeSplit(node *corev1.Node) (nodereport.Split, bool) {
+	v, ok := node.Annotations[names.VMGPUsReportAnnotation]
+	if !ok {
+		return nodereport.Split{}, false
+	}
+	s, err := nodereport.ParseSplit(v)
+	return s, err == nil
+}
+
+// joinedGPUs lists the GPUs of now that were not in before.
+func joinedGPUs(before, now []string) []string {
+	var out []string
+	for _, a := range now {
+		if !slices.Contains(before, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// operandPodGone reports whether no pod of operand (terminating ones
+// included) is left on the node.
+func (r *NodeReconciler) operandPodGone(ctx context.Context, node, operand string) (bool, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(r.Namespace), client.MatchingFields{podNodeIndex: node}); err != nil {
+		return false, fmt.Errorf("node %s: list operand pods: %w", node, err)
+	}
+	for _, p := range pods.Items {
+		if p.Labels[names.OperandLabel] == operand {
+			return false, nil
+		}
+	}
+	return true, nil
+}
