@@ -8,10 +8,14 @@ import (
 )
 
 // Client-side limits of the operator's API requests by default (the
-// --kube-api-qps and --kube-api-burst flags of sandbox-gpu-operator).
+// --kube-api-qps and --kube-api-burst flags of sandbox-gpu-operator), per
+// resource (controller-runtime gives each its own limiter). A new node
+// takes two writes of its SandboxGPUNode: at 100 per second 5,000 nodes
+// took 100 s on that limit alone. The API server's priority and fairness
+// protects it; this only stops a runaway loop.
 const (
-	DefaultQPS   = 100
-	DefaultBurst = 200
+	DefaultQPS   = 500
+	DefaultBurst = 1000
 )
 
 // CacheOptions are the operator's cache: only what is used is cached, the

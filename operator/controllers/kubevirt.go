@@ -22,8 +22,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
@@ -60,12 +62,41 @@ func (r *KubeVirtReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "kubevirt"}}}
 	}
-	// Every node's changes fold into a few recounts of all nodes.
+	// Only node changes that change the entries count, and they fold into
+	// a few recounts of all nodes.
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(kubeVirtControllerName).
-		Watches(&corev1.Node{}, newPacer(recountInterval).handler(one)).
+		Watches(&corev1.Node{}, newPacer(recountInterval).handler(one), builder.WithPredicates(permittedChanged())).
 		Watches(&v1alpha1.SandboxGPUPolicy{}, handler.EnqueueRequestsFromMapFunc(one), builder.WithPredicates(policyIntentChanged())).
 		Complete(r.Metrics.countErrors(kubeVirtControllerName, r))
+}
+
+// permittedChanged passes the node events that change the node's own
+// entries (Permitted of the node alone): the operator's deploy labels and
+// most other node updates leave them as they were, and so the merged
+// entries of all nodes.
+func permittedChanged() predicate.Funcs {
+	entries := func(o client.Object) ([]kubevirtv1.PciHostDevice, []kubevirtv1.MediatedHostDevice) {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			return nil, nil
+		}
+		pci, mdev, _ := Permitted([]corev1.Node{*n})
+		return pci, mdev
+	}
+	some := func(o client.Object) bool {
+		pci, mdev := entries(o)
+		return len(pci)+len(mdev) > 0
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return some(e.Object) },
+		DeleteFunc: func(e event.DeleteEvent) bool { return some(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldP, oldM := entries(e.ObjectOld)
+			newP, newM := entries(e.ObjectNew)
+			return !equality.Semantic.DeepEqual(oldP, newP) || !equality.Semantic.DeepEqual(oldM, newM)
+		},
+	}
 }
 
 // Reconcile implements reconcile.Reconciler.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
@@ -217,4 +218,35 @@ func TestKubeVirtLeavesResourcesOthersPermit(t *testing.T) {
 	testutil.Eventually(t, wait, "ours removed, the user's kept", func() bool {
 		return assert.ObjectsAreEqual([]string{"nvidia.com/TU104GL_TESLA_T4"}, resourceNames(t, get(), "pciHostDevices"))
 	})
+}
+
+// Only node events that change what the node permits wake the KubeVirt
+// controller: a deploy label or a heartbeat does not, a new resource, a
+// published entry or the node going away with entries does.
+func TestKubeVirtWakesOnlyOnPermittedChanges(t *testing.T) {
+	p := permittedChanged()
+	node := func(labels map[string]string, res ...string) *corev1.Node {
+		n := &corev1.Node{}
+		n.Name, n.Labels = "gpu-1", labels
+		n.Status.Capacity = corev1.ResourceList{}
+		for _, r := range res {
+			n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("1")
+		}
+		return n
+	}
+	gpu := map[string]string{names.GPUPresentLabel: "true"}
+	deployed := map[string]string{names.GPUPresentLabel: "true", names.DeployLabel(names.VFIOManager): "true"}
+	bare, a10 := node(gpu), node(gpu, "nvidia.com/GA102GL_A10")
+	withDeploy := node(deployed, "nvidia.com/GA102GL_A10")
+	heartbeat := a10.DeepCopy()
+	heartbeat.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+
+	assert.False(t, p.Create(event.CreateEvent{Object: bare}), "a GPU node advertising nothing")
+	assert.True(t, p.Create(event.CreateEvent{Object: a10}), "a node advertising an A10")
+	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: a10, ObjectNew: withDeploy}), "a deploy label")
+	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: a10, ObjectNew: heartbeat}), "a heartbeat")
+	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: bare, ObjectNew: a10}), "the kubelet advertises the A10")
+	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: a10, ObjectNew: bare}), "the A10 is gone")
+	assert.True(t, p.Delete(event.DeleteEvent{Object: a10}), "a node with entries goes")
+	assert.False(t, p.Delete(event.DeleteEvent{Object: bare}), "a node without entries goes")
 }

@@ -86,7 +86,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(nodeControllerName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}). // nodes are independent
+		WithOptions(controller.Options{MaxConcurrentReconciles: 16}). // nodes are independent
 		For(&corev1.Node{}, builder.WithPredicates(gpuNodes)).
 		// A node's state has the node's name (the policy controls it).
 		// (and a state that changes may free a transition slot).

@@ -3,9 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,17 +156,22 @@ func BenchmarkScale5000Nodes(b *testing.B) {
 		mctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		b.ResetTimer()
-		cpu := readCPU(b)
+		cpu, reqs := readCPU(b), apiRequests(b)
 		profiled := profileAPIServer(b)
 		start := time.Now()
 		go func() { done <- mgr.Start(mctx) }()
-		deadline := time.Now().Add(15 * time.Minute)
-		waitConverged(b, prefix, nodes, deadline, func() string { return "in process" })
+		deadline := time.Now().Add(time.Duration(nodes) * 180 * time.Millisecond) // 15 minutes for 5,000
+		waitConverged(b, prefix, nodes, deadline, func() string { return unconverged(c, prefix) })
 		converge := time.Since(start)
 		b.StopTimer()
 		waitPolicyCounted(b, c, nodes, deadline)
 		counted := time.Since(start)
 		used := readCPU(b)
+		for _, r := range slices.Sorted(maps.Keys(apiRequests(b))) {
+			if d := apiRequests(b)[r] - reqs[r]; d >= float64(nodes)/10 {
+				b.Logf("API requests %s: %.0f (%.2f per node)", r, d, d/float64(nodes))
+			}
+		}
 		var ms runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
@@ -214,6 +222,41 @@ func BenchmarkScale5000Nodes(b *testing.B) {
 			b.Fatalf("a resync of converged nodes wrote %d times (%+v); want 0", resync.total(), resync)
 		}
 	}
+}
+
+// unconverged describes the nodes named with prefix that have no applied
+// config yet.
+func unconverged(c client.Client, prefix string) string {
+	ctx := context.Background()
+	var nodes corev1.NodeList
+	var states v1alpha1.SandboxGPUNodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return err.Error()
+	}
+	if err := c.List(ctx, &states); err != nil {
+		return err.Error()
+	}
+	byName := map[string]*v1alpha1.SandboxGPUNode{}
+	for i := range states.Items {
+		byName[states.Items[i].Name] = &states.Items[i]
+	}
+	var out []string
+	missing := 0
+	for _, n := range nodes.Items {
+		st := byName[n.Name]
+		switch {
+		case !strings.HasPrefix(n.Name, prefix) || (st != nil && st.Status.AppliedConfig != ""):
+			continue
+		case st == nil:
+			missing++
+			if missing <= 5 {
+				out = append(out, fmt.Sprintf("%s: no state (labels %v)", n.Name, n.Labels))
+			}
+		case len(out) < 10:
+			out = append(out, fmt.Sprintf("%s: state rv %s status %+v (node rv %s, labels %v)", n.Name, st.ResourceVersion, st.Status, n.ResourceVersion, n.Labels))
+		}
+	}
+	return fmt.Sprintf("%d nodes without a state; %s", missing, strings.Join(out, "; "))
 }
 
 // waitPolicyCounted waits until the policy's status counts n nodes (the
@@ -277,6 +320,56 @@ func scaleManager(b *testing.B, writes *writeCounter) ctrl.Manager {
 	return mgr
 }
 
+// apiRequests reads the kube-apiserver's request counts by verb and
+// resource (apiserver_request_total, all clients).
+func apiRequests(b *testing.B) map[string]float64 {
+	b.Helper()
+	data, err := rawClient(b).Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		labels, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(labels, '}')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(labels[i+1:]), 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels[:i], ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				l[k] = strings.Trim(val, `"`)
+			}
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// rawClient is a REST client of the API server's own paths.
+func rawClient(b *testing.B) *rest.RESTClient {
+	b.Helper()
+	cfg := rest.CopyConfig(testCfg)
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rc
+}
+
 // profileAPIServer writes a CPU profile of the kube-apiserver to
 // $SANDBOX_GPU_SCALE_APISERVER_PROFILE, if set, in the background; the
 // channel closes when it is written.
@@ -291,13 +384,7 @@ func profileAPIServer(b *testing.B) <-chan struct{} {
 	if seconds == "" {
 		seconds = "30"
 	}
-	cfg := rest.CopyConfig(testCfg)
-	cfg.GroupVersion = &schema.GroupVersion{}
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	rc, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	rc := rawClient(b)
 	go func() {
 		defer close(done)
 		data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).Timeout(10 * time.Minute).DoRaw(context.Background())
