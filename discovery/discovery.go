@@ -20,13 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 )
 
 // Options configure an Agent.
@@ -150,50 +149,26 @@ func owned() []string { return []string{names.GPUPresentLabel, names.GPUCountLab
 // Run watches its own Node and scans at start, whenever one of its labels
 // changes under it, and every Resync, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	lw := cache.NewListWatchFromClient(a.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
-		fields.OneTermEqualSelector("metadata.name", a.o.NodeName))
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
 	// Only a change of the agent's own labels needs a look: the kubelet's
 	// status updates do not.
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*corev1.Node)
-			n, ok2 := cur.(*corev1.Node)
-			if !ok1 || !ok2 || ownedDiffer(o.Labels, n.Labels) {
-				poke()
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("node %s: watch: %w", a.o.NodeName, err)
-	}
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return ctx.Err()
-	}
-	a.node = func() (*corev1.Node, bool) {
-		obj, ok, err := inf.GetStore().GetByKey(a.o.NodeName)
-		if err != nil || !ok {
-			return nil, false
+	w, err := ownnode.Watch(ctx, a.o.Client, a.o.NodeName, func(old, cur *corev1.Node) bool {
+		return old == nil || cur != nil && ownedDiffer(old.Labels, cur.Labels)
+	})
+	if w == nil {
+		if err == nil {
+			err = ctx.Err()
 		}
-		n, ok := obj.(*corev1.Node)
-		return n, ok
+		return err
 	}
+	a.node = w.Node
 	tick := time.NewTicker(a.o.Resync)
 	defer tick.Stop()
-	poke()
+	w.Poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-w.Kick():
 		case <-tick.C:
 		}
 		a.sync(ctx)

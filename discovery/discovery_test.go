@@ -16,39 +16,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	sharedapi "github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
 )
 
-// A real kube-apiserver and etcd (envtest) for the package.
-var (
-	testCfg    *rest.Config
-	skipReason string
-)
+// One real kube-apiserver and etcd (envtest) for the package, started by
+// the first test that needs it.
+var apiserver sharedapi.Shared
 
-func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		skipReason = "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)"
-		os.Exit(m.Run())
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		os.Exit(1)
-	}
-	testCfg = cfg
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest stop:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(apiserver.Run(m)) }
 
 const wait = 10 * time.Second
 
@@ -124,10 +104,7 @@ type agent struct {
 
 func start(t *testing.T, node, fixture string, labels map[string]string) *agent {
 	t.Helper()
-	if skipReason != "" {
-		testutil.MissingPeer(t, "%s", skipReason)
-	}
-	cs, err := kubernetes.NewForConfig(testCfg)
+	cs, err := kubernetes.NewForConfig(apiserver.Config(t))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}, metav1.CreateOptions{})

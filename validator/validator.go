@@ -24,13 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
@@ -137,34 +136,14 @@ func (v *Validator) Report() Report {
 // Run watches its own Node and the operand files and checks on every change
 // and resync until ctx ends.
 func (v *Validator) Run(ctx context.Context) error {
-	lw := cache.NewListWatchFromClient(v.o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
-		fields.OneTermEqualSelector("metadata.name", v.o.NodeName))
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
+	nw, err := ownnode.Watch(ctx, v.o.Client, v.o.NodeName, ownnode.Always)
+	if nw == nil {
+		if err == nil {
+			err = ctx.Err()
 		}
+		return err
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
-		return fmt.Errorf("node %s: watch: %w", v.o.NodeName, err)
-	}
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return ctx.Err()
-	}
-	v.node = func() (*corev1.Node, bool) {
-		obj, ok, err := inf.GetStore().GetByKey(v.o.NodeName)
-		if err != nil || !ok {
-			return nil, false
-		}
-		return obj.(*corev1.Node), true
-	}
+	v.node = nw.Node
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("fsnotify: %w", err)
@@ -188,12 +167,12 @@ func (v *Validator) Run(ctx context.Context) error {
 	// a killed daemon writes no event.
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
-	poke()
+	nw.Poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-nw.Kick():
 		case <-tick.C:
 		case <-expiry.C:
 		case <-w.Events:

@@ -19,36 +19,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	sharedapi "github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
 )
 
-// A real kube-apiserver and etcd (envtest) for the package.
-var (
-	testCfg    *rest.Config
-	skipReason string
-)
+// One real kube-apiserver and etcd (envtest) for the package, started by
+// the first test that needs it.
+var apiserver sharedapi.Shared
 
-func TestMain(m *testing.M) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		skipReason = "KUBEBUILDER_ASSETS is unset: run `export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -1)` (make test does)"
-		os.Exit(m.Run())
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		os.Exit(1)
-	}
-	testCfg = cfg
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(apiserver.Run(m)) }
 
 type fixture struct {
 	cs        kubernetes.Interface
@@ -62,10 +44,7 @@ type fixture struct {
 
 func start(t *testing.T, name string, labels map[string]string) *fixture {
 	t.Helper()
-	if skipReason != "" {
-		testutil.MissingPeer(t, "%s", skipReason)
-	}
-	cs, err := kubernetes.NewForConfig(testCfg)
+	cs, err := kubernetes.NewForConfig(apiserver.Config(t))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})

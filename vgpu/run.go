@@ -13,15 +13,14 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 )
 
 // RunOptions configure Run.
@@ -104,40 +103,13 @@ func Run(ctx context.Context, o RunOptions) error {
 				return err
 			}}
 	}
-	lw := cache.NewListWatchFromClient(o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
-		fields.OneTermEqualSelector("metadata.name", o.NodeName))
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
+	nw, err := ownnode.Watch(ctx, o.Client, o.NodeName, func(old, cur *corev1.Node) bool {
+		return old == nil || cur != nil && old.Labels[names.VGPUConfigLabel] != cur.Labels[names.VGPUConfigLabel]
+	})
+	if nw == nil {
+		return err // nil: ctx ended
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := newObj.(*corev1.Node)
-			if !ok1 || !ok2 || o.Labels[names.VGPUConfigLabel] != n.Labels[names.VGPUConfigLabel] {
-				poke()
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("node %s: watch: %w", o.NodeName, err)
-	}
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil // ctx ended
-	}
-	r.node = func() (*corev1.Node, bool) {
-		obj, ok, err := inf.GetStore().GetByKey(o.NodeName)
-		if err != nil || !ok {
-			return nil, false
-		}
-		n, ok := obj.(*corev1.Node)
-		return n, ok
-	}
+	r.node = nw.Node
 	var configEvents <-chan fsnotify.Event
 	var configErrs <-chan error
 	if !o.Release {
@@ -169,12 +141,12 @@ func Run(ctx context.Context, o RunOptions) error {
 	defer tick.Stop()
 	retry := time.NewTimer(o.Retry)
 	retry.Stop()
-	poke()
+	nw.Poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-nw.Kick():
 		case <-tick.C:
 		case <-retry.C:
 		case <-configEvents:

@@ -1,0 +1,88 @@
+// Package ownnode watches the one Node a node daemon runs on (an informer
+// with a field selector on its name: the daemon's RBAC and the API server's
+// load stay those of one object) and wakes the daemon on the changes it
+// cares about. The GPU discovery agent, the validator and the vGPU device
+// manager use it.
+package ownnode
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Wake says whether a change of the Node wakes the daemon: old is nil when
+// the Node appears, cur is nil when it goes.
+type Wake func(old, cur *corev1.Node) bool
+
+// Always wakes on every change.
+func Always(_, _ *corev1.Node) bool { return true }
+
+// Watcher follows one Node.
+type Watcher struct {
+	name string
+	inf  cache.SharedIndexInformer
+	kick chan struct{}
+}
+
+// Watch starts following the Node name until ctx ends and returns once
+// its first list is in (nil, nil when ctx ended first).
+func Watch(ctx context.Context, c kubernetes.Interface, name string, wake Wake) (*Watcher, error) {
+	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", name))
+	w := &Watcher{name: name, inf: cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{}), kick: make(chan struct{}, 1)}
+	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); !ok || wake(nil, n) {
+				w.Poke()
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || wake(o, n) {
+				w.Poke()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); !ok || wake(n, nil) {
+				w.Poke()
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("node %s: watch: %w", name, err)
+	}
+	go w.inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+		return nil, nil
+	}
+	return w, nil
+}
+
+// Kick receives a signal after a change that wakes the daemon (several
+// changes may fold into one).
+func (w *Watcher) Kick() <-chan struct{} { return w.kick }
+
+// Poke wakes the daemon as a change would.
+func (w *Watcher) Poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Node returns the Node as last seen (false when there is none). It is
+// the informer's copy: read only.
+func (w *Watcher) Node() (*corev1.Node, bool) {
+	obj, ok, err := w.inf.GetStore().GetByKey(w.name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	n, ok := obj.(*corev1.Node)
+	return n, ok
+}
