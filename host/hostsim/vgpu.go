@@ -34,44 +34,10 @@ func (k *Kernel) AddMdev(parent, uuid, typeID, typeName string, group int) error
 			return err
 		}
 	}
-	dir := filepath.Join(f.dir, uuid)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(typeDir, "devices"), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "remove"), nil, 0o200); err != nil {
-		return err
-	}
-	if err := symlinkFresh(filepath.Join("..", "mdev_supported_types", typeID), filepath.Join(dir, "mdev_type")); err != nil {
-		return err
-	}
-	drv := k.sys("bus", "mdev", "drivers", "vfio_mdev")
-	if err := os.MkdirAll(drv, 0o755); err != nil {
-		return err
-	}
-	if err := relLink(drv, filepath.Join(dir, "driver")); err != nil {
-		return err
-	}
-	devs := k.sys("bus", "mdev", "devices")
-	if err := os.MkdirAll(devs, 0o755); err != nil {
-		return err
-	}
-	if err := relLink(dir, filepath.Join(devs, uuid)); err != nil {
-		return err
-	}
-	gdir := k.sys("kernel", "iommu_groups", strconv.Itoa(group))
-	if err := os.MkdirAll(filepath.Join(gdir, "devices"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(gdir, "type"), []byte("DMA-FQ\n"), 0o644); err != nil {
-		return err
-	}
-	if err := relLink(dir, filepath.Join(gdir, "devices", uuid)); err != nil {
-		return err
-	}
-	if err := relLink(gdir, filepath.Join(dir, "iommu_group")); err != nil {
-		return err
-	}
-	return k.makeNode(filepath.Join(k.root, "dev", "vfio", strconv.Itoa(group)))
+	return k.makeMdevDir(filepath.Join(f.dir, uuid), uuid, typeID, "vfio_mdev", group)
 }
 
 // RemoveMdev removes a mediated device and its /dev/vfio node.
