@@ -19,8 +19,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
@@ -56,14 +54,10 @@ type Report struct {
 type Agent struct {
 	o       Options
 	metrics metrics
-	node    func() (*corev1.Node, bool)
+	watch   *ownnode.Watcher // its Node, once Run started
 
 	mu     sync.Mutex
 	report Report
-	// staleRV is the resourceVersion of the cached Node when the last
-	// patch was sent, sent that patch: until the cache moves past staleRV
-	// it cannot show the patch, so the same patch is not sent again.
-	staleRV, sent string
 }
 
 type metrics struct {
@@ -160,7 +154,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	a.node = w.Node
+	a.watch = w
 	tick := time.NewTicker(a.o.Resync)
 	defer tick.Stop()
 	w.Poke()
@@ -210,7 +204,7 @@ func (a *Agent) sync(ctx context.Context) {
 	a.metrics.scans.WithLabelValues("ok").Inc()
 	r.GPUs = CountGPUs(snap)
 	a.metrics.gpus.Set(float64(r.GPUs))
-	node, ok := a.node()
+	node, ok := a.watch.Node()
 	if !ok {
 		r.Error = fmt.Sprintf("node %s: not found", a.o.NodeName)
 		return
@@ -225,17 +219,17 @@ func (a *Agent) sync(ctx context.Context) {
 		r.Error = fmt.Sprintf("node %s: label patch: %v", a.o.NodeName, err)
 		return
 	}
-	if node.ResourceVersion == a.staleRV && a.sent == string(body) {
+	sent, err := a.watch.Patch(ctx, node, body)
+	if err != nil {
+		a.metrics.patches.WithLabelValues("failed").Inc()
+		r.Error = fmt.Sprintf("set labels: %v", err)
+		return
+	}
+	if !sent {
 		r.Ready = true // sent; the watch has not caught up yet
 		return
 	}
-	if _, err := a.o.Client.CoreV1().Nodes().Patch(ctx, a.o.NodeName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-		a.metrics.patches.WithLabelValues("failed").Inc()
-		r.Error = fmt.Sprintf("node %s: set labels %s: %v", a.o.NodeName, body, err)
-		return
-	}
 	a.metrics.patches.WithLabelValues("ok").Inc()
-	a.staleRV, a.sent = node.ResourceVersion, string(body)
 	a.o.Log.Info("Labelled node", "node", a.o.NodeName, "gpus", r.GPUs, "patch", string(body))
 	r.Ready = true
 }

@@ -23,8 +23,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
@@ -64,15 +62,11 @@ type Report struct {
 
 // Validator runs the checks.
 type Validator struct {
-	o      Options
-	mu     sync.Mutex
-	report Report
-	node   func() (*corev1.Node, bool)
-	// staleRV is the resourceVersion of the cached Node when the last patch
-	// was sent: until the cache moves past it, the cache does not show the
-	// patch yet (and the file changes in bursts).
-	staleRV, sent string
-	metrics       metrics
+	o       Options
+	mu      sync.Mutex
+	report  Report
+	watch   *ownnode.Watcher // its Node, once Run started
+	metrics metrics
 	// expires is when the VFIO manager's last heartbeat runs out.
 	expires time.Time
 }
@@ -143,7 +137,7 @@ func (v *Validator) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	v.node = nw.Node
+	v.watch = nw
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("fsnotify: %w", err)
@@ -192,7 +186,7 @@ func (v *Validator) Run(ctx context.Context) error {
 // annotation.
 func (v *Validator) check(ctx context.Context) Report {
 	var problems []string
-	node, ok := v.node()
+	node, ok := v.watch.Node()
 	switch {
 	case !ok:
 		problems = append(problems, fmt.Sprintf("node %s: not found", v.o.NodeName))
@@ -307,16 +301,16 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	if node.Annotations[names.PermittedAnnotation] == string(compact) {
 		return problems
 	}
-	if node.ResourceVersion == v.staleRV && v.sent == string(compact) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
+	sent, err := v.watch.Patch(ctx, node, patch)
+	if err != nil {
+		v.metrics.patches.WithLabelValues("failed").Inc()
+		return append(problems, fmt.Sprintf("publish %s: %v", names.PermittedAnnotation, err))
+	}
+	if !sent {
 		return problems // sent; the watch has not caught up yet
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
-	if _, err := v.o.Client.CoreV1().Nodes().Patch(ctx, v.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		v.metrics.patches.WithLabelValues("failed").Inc()
-		return append(problems, fmt.Sprintf("node %s: publish %s: %v", v.o.NodeName, names.PermittedAnnotation, err))
-	}
 	v.metrics.patches.WithLabelValues("ok").Inc()
-	v.staleRV, v.sent = node.ResourceVersion, string(compact)
 	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))
 	return problems
 }

@@ -8,10 +8,12 @@ package ownnode
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -25,9 +27,16 @@ func Always(_, _ *corev1.Node) bool { return true }
 
 // Watcher follows one Node.
 type Watcher struct {
-	name string
-	inf  cache.SharedIndexInformer
-	kick chan struct{}
+	name   string
+	client kubernetes.Interface
+	inf    cache.SharedIndexInformer
+	kick   chan struct{}
+
+	mu sync.Mutex
+	// staleRV is the resourceVersion of the Node as seen when the last
+	// patch, sent, was sent: until the cache moves past it, it cannot show
+	// that patch, which is not sent again meanwhile.
+	staleRV, sent string
 }
 
 // Watch starts following the Node name until ctx ends and returns once
@@ -35,7 +44,7 @@ type Watcher struct {
 func Watch(ctx context.Context, c kubernetes.Interface, name string, wake Wake) (*Watcher, error) {
 	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", name))
-	w := &Watcher{name: name, inf: cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{}), kick: make(chan struct{}, 1)}
+	w := &Watcher{name: name, client: c, inf: cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{}), kick: make(chan struct{}, 1)}
 	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); !ok || wake(nil, n) {
@@ -85,4 +94,20 @@ func (w *Watcher) Node() (*corev1.Node, bool) {
 	}
 	n, ok := obj.(*corev1.Node)
 	return n, ok
+}
+
+// Patch sends a merge patch of the Node, given the Node as last seen
+// (Node()); it reports false without sending when the same patch went last
+// against that same version (the watch has not caught up with it yet).
+func (w *Watcher) Patch(ctx context.Context, seen *corev1.Node, patch []byte) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seen.ResourceVersion == w.staleRV && w.sent == string(patch) {
+		return false, nil
+	}
+	if _, err := w.client.CoreV1().Nodes().Patch(ctx, w.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("node %s: patch %s: %w", w.name, patch, err)
+	}
+	w.staleRV, w.sent = seen.ResourceVersion, string(patch)
+	return true, nil
 }

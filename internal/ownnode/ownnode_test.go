@@ -83,6 +83,27 @@ func TestWatchFollowsOneNode(t *testing.T) {
 	n, _ = w.Node()
 	assert.Equal(t, "1", n.Labels["l"])
 
+	// A patch is not sent again before the watch shows it: the same patch
+	// against the same version is held back, a new version sends it again.
+	seen, _ := w.Node()
+	body := []byte(`{"metadata":{"annotations":{"p":"1"}}}`)
+	sent, err := w.Patch(ctx, seen, body)
+	require.NoError(t, err)
+	assert.True(t, sent)
+	sent, err = w.Patch(ctx, seen, body)
+	require.NoError(t, err)
+	assert.False(t, sent, "the same patch against the same version")
+	testutil.Eventually(t, 10*time.Second, "the patch seen", func() bool {
+		n, ok := w.Node()
+		return ok && n.Annotations["p"] == "1"
+	})
+	seen, _ = w.Node()
+	sent, err = w.Patch(ctx, seen, body)
+	require.NoError(t, err)
+	assert.True(t, sent, "a newer version")
+	_, err = w.Patch(ctx, seen, []byte(`{"metadata":`))
+	require.ErrorContains(t, err, "node own-1: patch")
+
 	require.NoError(t, nodes.Delete(ctx, "own-1", metav1.DeleteOptions{}))
 	require.True(t, kicked(w, 10*time.Second), "the deletion wakes")
 	_, ok = w.Node()
