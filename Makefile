@@ -6,13 +6,15 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TMPDIR   ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with "context deadline
 # exceeded" when a duration -fuzztime ends while a worker is busy (go.dev/issue/75804, fixed in 1.27).
-FUZZTIME      ?= 100000x
+FUZZTIME      ?= 50000x
 BENCHTIME     ?= 1s
 # Every test run goes through hack/noskip: a skipped test fails make test (a missing peer must never
 # make a suite vanish from CI), and the output stays short (results, failures in full).
 NOSKIP        := $(CURDIR)/.cache/tools/noskip
 # The shipped binaries: one per folder under cmd/ (the demo is an application of its own, in demo/).
 BINARIES      := $(notdir $(wildcard cmd/*))
+# Each phase of make test and lint says when it starts, so a CI log shows where the time went.
+STAMP         = @echo "== make $@ $$(date -u +%T)"
 
 .PHONY: e2e-cluster images push images-test help build test check unit fuzz e2e test-deps envtest-assets envtest-compat generate check-generated check-fmt bench lint fmt demo demo-status clean
 
@@ -27,6 +29,7 @@ build: ## Build every binary into bin/: static, except nri-gpu-plugin (cgo: NVML
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(CGO_BINARIES))
 
 test: test-deps check unit fuzz images-test e2e e2e-cluster ## What CI runs: format and generated-file checks, unit tests (race), fuzzing, the end-to-end suites; any skip fails
+	$(STAMP) done
 
 $(NOSKIP): hack/noskip/main.go
 	$(GO) build -o $@ ./hack/noskip
@@ -34,12 +37,15 @@ $(NOSKIP): hack/noskip/main.go
 check: check-fmt check-generated ## gofmt and generated files (deepcopy, CRDs, RBAC, the chart's CRDs) are current
 
 check-fmt: ## Fail when a Go file is not gofmt-formatted
+	$(STAMP)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "check-fmt: run make fmt:"; echo "$$out"; exit 1; fi; echo "check-fmt: every Go file is formatted"
 
 check-generated: ## Fail when make generate would change a generated file
+	$(STAMP)
 	./hack/check-generated.sh
 
 test-deps: ## Install QEMU and the Debian kernel, containerd and runc, build envtest's kube-apiserver and etcd (all cached)
+	$(STAMP)
 	./hack/fetch-kernel.sh
 	GO=$(GO) ./hack/fetch-containerd.sh >/dev/null
 	GO=$(GO) ./hack/envtest-assets.sh >/dev/null
@@ -67,11 +73,13 @@ generate: ## Regenerate deepcopy code, CRDs (and the Helm chart's copy) and RBAC
 
 unit: $(NOSKIP)
 unit: ## Unit and integration tests of the product module (envtest included), with the race detector
+	$(STAMP)
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && \
 	KUBEBUILDER_ASSETS=$$assets KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$${KUBEBUILDER_CONTROLPLANE_START_TIMEOUT:-60s} \
 	TMPDIR=$(TEST_TMPDIR) $(GO) test -json -race -count=1 ./... | $(NOSKIP)
 
-fuzz: ## Run every fuzz target of the product module, found by name (FUZZTIME executions each, ~4 s)
+fuzz: ## Run every fuzz target of the product module, found by name (FUZZTIME executions each, 2-15 s)
+	$(STAMP)
 	@set -e -o pipefail; for dir in $$($(GO) list -f '{{.Dir}}' ./...); do \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
 	    echo "fuzz $${dir#$(CURDIR)/} $$f"; \
@@ -81,12 +89,14 @@ fuzz: ## Run every fuzz target of the product module, found by name (FUZZTIME ex
 
 e2e: $(NOSKIP)
 e2e: ## End-to-end suites of the test/ module (real kernel under QEMU, kubelet device manager, real containerd, Helm); a missing peer fails
+	$(STAMP)
 	set -o pipefail; assets=$$(GO=$(GO) ./hack/envtest-assets.sh | tail -1) && cd test && \
 	KUBEBUILDER_ASSETS=$$assets KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$${KUBEBUILDER_CONTROLPLANE_START_TIMEOUT:-60s} \
 	$(GO) test -json -count=1 -v $$($(GO) list ./... | grep -v '/test/cluster$$') | $(NOSKIP)
 
 e2e-cluster: $(NOSKIP) images
 e2e-cluster: ## The one-node cluster of real parts (test/cluster): etcd, kube-apiserver, controller-manager, scheduler, containerd + runc + bridge CNI, kubelet, the images and the Helm chart (root; warm ~2 min)
+	$(STAMP)
 	set -o pipefail; cd test && $(GO) test -json -count=1 -v -timeout 20m ./cluster/ | $(NOSKIP)
 
 bench: ## Benchmarks (performance targets live here; the operator's 5,000-node one takes minutes)
@@ -95,6 +105,7 @@ bench: ## Benchmarks (performance targets live here; the operator's 5,000-node o
 	TMPDIR=$(TEST_TMPDIR) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m ./...
 
 lint: ## go vet and staticcheck over both modules
+	$(STAMP)
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
@@ -110,6 +121,7 @@ VERSION       ?= v0.1.0
 INSECURE      ?= 0
 
 images: ## One OCI image archive per shipped binary in bin/images/<binary>.tar, no container daemon, same sources same digests (REGISTRY, VERSION)
+	$(STAMP)
 	GO=$(GO) REGISTRY=$(REGISTRY) VERSION=$(VERSION) CGO_BINARIES="$(CGO_BINARIES)" ./hack/images.sh build
 
 push: images ## Push bin/images/*.tar to REGISTRY (INSECURE=1: plain HTTP, no TLS verification)
@@ -117,6 +129,7 @@ push: images ## Push bin/images/*.tar to REGISTRY (INSECURE=1: plain HTTP, no TL
 
 images-test: $(NOSKIP)
 images-test: ## hack/imagebuild's tests: reproducible digests, layer contents, the NRI image's glibc and dlopen, push/pull through Debian's docker-registry
+	$(STAMP)
 	set -o pipefail; cd hack/imagebuild && GOWORK=off GOFLAGS=-mod=readonly $(GO) test -json -count=1 ./... | $(NOSKIP)
 
 demo: ## The whole story on an embedded default: envtest's kube-apiserver, the operator, and the real operands on simulated GPU hosts (no cluster, no GPU)
