@@ -13,11 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/controllers"
@@ -35,7 +35,7 @@ func program() *shell.Program {
 		Summary: "runs the sandbox GPU operator: per-node workload configs, operand DaemonSets and safe transitions",
 		Commands: []*shell.Command{{Listen: true, HealthAddr: ":8081", Daemon: true,
 			Flags: func(fs *flag.FlagSet) {
-				fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+				fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 				fs.StringVar(&o.Namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")
 				fs.StringVar(&o.Registry, "registry", "ghcr.io/sandbox-gpu", "registry of the default operand images")
 				fs.StringVar(&o.Version, "operand-version", "v0.1.0", "tag of the default operand images")
@@ -68,11 +68,9 @@ func program() *shell.Program {
 			},
 			Run: func(ctx context.Context, env *shell.Env) error {
 				ctrl.SetLogger(env.Log)
-				rules := clientcmd.NewDefaultClientConfigLoadingRules()
-				rules.ExplicitPath = kubeconfig
-				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+				cfg, err := kubeclient.Config(kubeconfig)
 				if err != nil {
-					return fmt.Errorf("kubeconfig: %w", err)
+					return err
 				}
 				cfg.QPS, cfg.Burst = float32(qps), burst
 				mgr, err := operator.NewManager(cfg, o)
@@ -101,17 +99,15 @@ func uninstallCommand() *shell.Command {
 	return &shell.Command{Name: "uninstall", Synopsis: "[--timeout 4m] [--kubeconfig FILE]",
 		Summary: "deletes the SandboxGPUPolicy and waits until the operator returned every GPU it moved (never one in use); at the timeout it reports what stays and lets the uninstall go on",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.DurationVar(&o.Timeout, "timeout", 4*time.Minute, "how long to wait for the operator (keep it under helm uninstall's --timeout, 5m by default)")
 			fs.DurationVar(&o.Poll, "poll", 2*time.Second, "how often the node states are read")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			ctrl.SetLogger(env.Log)
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+			cfg, err := kubeclient.Config(kubeconfig)
 			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
+				return err
 			}
 			scheme, err := operator.Scheme()
 			if err != nil {

@@ -8,15 +8,12 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/sandbox-gpu/sandbox-gpu/discovery"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
@@ -30,28 +27,12 @@ func program() *shell.Program {
 		Commands: []*shell.Command{validate(), discover()}}
 }
 
-// clientset builds a client from --kubeconfig (default: in-cluster, then
-// $KUBECONFIG).
-func clientset(kubeconfig string) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	return cs, nil
-}
-
 func validate() *shell.Command {
 	var kubeconfig string
 	o := validator.Options{NodeName: os.Getenv("NODE_NAME")}
 	return &shell.Command{Roots: true, Listen: true, HealthAddr: ":8082", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
 			fs.StringVar(&o.VFIOReadyFile, "vfio-ready-file", names.RunPath(names.VFIOReadyFile), "the VFIO manager's readiness file")
 			fs.StringVar(&o.PermittedFile, "permitted-host-devices-file", names.RunPath(names.PermittedFile), "the KubeVirt device plugin's permittedHostDevices file")
@@ -60,7 +41,7 @@ func validate() *shell.Command {
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error
-			if o.Client, err = clientset(kubeconfig); err != nil {
+			if o.Client, err = kubeclient.Clientset(kubeconfig); err != nil {
 				return err
 			}
 			o.Log, o.Registerer = env.Log, env.Metrics
@@ -81,13 +62,13 @@ func discover() *shell.Command {
 		Summary: "labels its own Node " + names.GPUPresentLabel + "=true and " + names.GPUCountLabel +
 			"=N from sysfs while it has NVIDIA GPUs (and removes both when they are gone)",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
 			fs.DurationVar(&o.Resync, "resync", time.Minute, "scan again this often without an event")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error
-			if o.Client, err = clientset(kubeconfig); err != nil {
+			if o.Client, err = kubeclient.Clientset(kubeconfig); err != nil {
 				return err
 			}
 			o.Host = host.New(env.HostOptions())

@@ -13,10 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
@@ -187,7 +185,7 @@ func runCommand() *shell.Command {
 		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs)
-			fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
 			fs.DurationVar(&retry, "retry", 10*time.Second, "apply again this soon after a pass left the node failed (a vGPU in use, the host driver not up yet)")
@@ -202,15 +200,9 @@ func runCommand() *shell.Command {
 			case !release && c.config == "":
 				return shell.Usagef("run: --config FILE is required (the vGPU config the node's label selects from)")
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+			cs, err := kubeclient.Clientset(kubeconfig)
 			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return fmt.Errorf("client: %w", err)
+				return err
 			}
 			alloc, done, err := c.allocated(env)
 			if err != nil {
