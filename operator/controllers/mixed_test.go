@@ -105,7 +105,8 @@ func addrs(ss []string) []host.Address {
 // to serve the two GPUs that joined the container GPUs; vm-gpus=6 moves four container GPUs that NVIDIA's
 // device plugin holds open: the operator stops it while the VFIO manager is
 // not ready and starts it again once they moved; vm-gpus=0 returns the
-// idle ones, reports
+// idle ones (NVIDIA's device plugin keeps serving containers, restarted
+// for the GPUs that joined), reports
 // the allocated one as left (the node configuring, the GPU untouched) until
 // the kubelet frees it, then every GPU is on nvidia. Removing the annotation makes it a plain
 // vm-passthrough node again, without the container operands.
@@ -222,7 +223,11 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	})
 
 	// None: the idle ones go back; the allocated one cannot, and is
-	// reported until the kubelet frees it.
+	// reported until the kubelet frees it. NVIDIA's device plugin keeps
+	// running meanwhile (the VFIO manager waits only for a GPU going to
+	// containers, which the plugin cannot hold): it restarts with the seven
+	// container GPUs on nvidia, and again with eight once the last is back.
+	mark = n.startCount()
 	annotateVMGPUs(t, c, n.name, "0")
 	s = n.splitReport(t, "the allocated GPU left", func(s nodereport.Split) bool {
 		return s.Declared == "0" && !s.Ready && slices.Contains(s.Left, string(held))
@@ -235,12 +240,29 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.Equal(t, v1alpha1.WorkloadVMPassthrough, st.Status.AppliedConfig)
 	vm0, _ := n.gpuSides(t)
 	assert.Equal(t, []host.Address{held}, vm0, "the allocated GPU stays on vfio")
+	dpStartedWith := func(what string, gpus int) {
+		t.Helper()
+		testutil.Eventually(t, agentWait, what, func() bool {
+			for _, st := range n.startsSince(mark) {
+				if st.operand == names.NVIDIADevicePlugin && hostGPUs(n, st.drivers) == gpus {
+					return slices.Contains(n.a.Running(), names.NVIDIADevicePlugin)
+				}
+			}
+			return false
+		})
+	}
+	dpStartedWith("NVIDIA's device plugin runs with the seven container GPUs while the held one waits", 7)
+	st = nodeState(c, n.name)
+	require.NotNil(t, st)
+	assert.Len(t, st.Status.ContainerGPUs, 7)
+	assert.NotContains(t, st.Status.ContainerGPUs, string(held))
 	deletePod(t, c, pod)
 	n.a.Kubelet().Free("default", "vm-mixed")
 	n.splitReport(t, "every GPU on containers", func(s nodereport.Split) bool { return s.Declared == "0" && s.Ready && len(s.VM) == 0 })
 	vm0, ctr0 := n.gpuSides(t)
 	assert.Empty(t, vm0)
 	assert.Len(t, ctr0, 8)
+	dpStartedWith("NVIDIA's device plugin restarts with all eight", 8)
 
 	// No split: a plain vm-passthrough node, every GPU on vfio, no
 	// container operand.

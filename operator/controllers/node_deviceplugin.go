@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,26 +22,36 @@ const EventDevicePluginRestart = "DevicePluginRestart"
 // followSplit keeps NVIDIA's device plugin on a mixed node serving the
 // split's container GPUs, given the operands staged for labelling; it
 // returns those to label now. The device plugin lists GPUs only at its
-// start; the split moving GPUs to VMs already stops it (it runs only while
-// the VFIO manager is ready), but a split giving GPUs back to containers
-// leaves it running without them. So: when GPUs join the container GPUs
-// it started with (status.containerGPUs), its deploy label goes; it comes
-// back once its pod is gone (so that the DaemonSet controller sees the
-// change and starts a new pod), and the container GPUs it starts with are
-// recorded.
+// start, and NVML holds every GPU it serves open.
+//   - GPUs moving to VMs: the VFIO manager is not ready until they moved,
+//     and the plugin, which runs only while it is ready (Staged), stops.
+//     But a VFIO manager that waits only for GPUs VMs still hold, on their
+//     way to containers, does not stop it: the plugin cannot see those
+//     (on vfio) and new container pods go on getting the others.
+//   - GPUs joining the container GPUs on the host driver (beyond
+//     status.containerGPUs, those it started with): its deploy label goes
+//     until its pod is gone (so that the DaemonSet controller sees the
+//     change and starts a new pod), then comes back, and the GPUs it starts
+//     with are recorded.
 func (r *NodeReconciler) followSplit(ctx context.Context, node *corev1.Node, st *v1alpha1.SandboxGPUNode, want, staged []string, rep *nodeReport) ([]string, error) {
 	dp := names.NVIDIADevicePlugin
 	if !slices.Contains(want, names.VFIOManager) || !slices.Contains(want, dp) {
 		st.Status.ContainerGPUs = nil // not a mixed node running it
 		return staged, nil
 	}
-	if !slices.Contains(staged, dp) {
-		return staged, nil // the split is being changed: it is stopped anyway
-	}
 	split, reported := nodeSplit(node)
+	current := reported && strings.TrimSpace(split.Declared) == strings.TrimSpace(node.Annotations[names.VMGPUsAnnotation])
+	waitsForVMs := current && !split.Ready && len(split.Left) > 0 && joinedGPUs(split.Container, split.Left) == nil
+	if !slices.Contains(staged, dp) {
+		if !waitsForVMs || node.Labels[names.DeployLabel(names.VFIOManager)] != "true" {
+			return staged, nil // the split is being changed: it is stopped
+		}
+		staged = append(slices.Clone(staged), dp)
+	}
+	onHost := slices.DeleteFunc(slices.Clone(split.Container), func(a string) bool { return slices.Contains(split.Left, a) })
 	if node.Labels[names.DeployLabel(dp)] == "true" {
-		joined := joinedGPUs(st.Status.ContainerGPUs, split.Container)
-		if !reported || !split.Ready || len(joined) == 0 {
+		joined := joinedGPUs(st.Status.ContainerGPUs, onHost)
+		if !current || !split.Ready && !waitsForVMs || len(joined) == 0 {
 			return staged, nil
 		}
 		rep.add(false, EventDevicePluginRestart, "Restart", fmt.Sprintf("Node %s: %s joined the container GPUs; NVIDIA's device plugin finds GPUs only at its start, so it restarts to serve them.",
@@ -56,7 +67,7 @@ func (r *NodeReconciler) followSplit(ctx context.Context, node *corev1.Node, st 
 	}
 	st.Status.ContainerGPUs = nil
 	if reported {
-		st.Status.ContainerGPUs = slices.Clone(split.Container)
+		st.Status.ContainerGPUs = onHost
 	}
 	return staged, nil
 }
