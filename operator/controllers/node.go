@@ -354,7 +354,7 @@ func countDevices(node *corev1.Node, st *v1alpha1.SandboxGPUNode) {
 
 // TrimNode is a cache transform: the operator reads a Node's labels,
 // resource capacity, published permittedHostDevices, release reports and
-// mixed-node split (sandbox-gpu.io/vm-gpus) only, so images, conditions, addresses and managed fields are dropped
+// mixed-node split (sandbox-gpu.io/vm-gpus) and its report only, so images, conditions, addresses and managed fields are dropped
 // before caching (most of a Node's size on big hosts).
 func TrimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -364,7 +364,7 @@ func TrimNode(obj any) (any, error) {
 	n.ManagedFields = nil
 	var kept map[string]string
 	for k, v := range n.Annotations {
-		if k == names.PermittedAnnotation || k == names.VMGPUsAnnotation || strings.HasPrefix(k, names.ReleaseReportPrefix) {
+		if k == names.PermittedAnnotation || k == names.VMGPUsAnnotation || k == names.VMGPUsReportAnnotation || strings.HasPrefix(k, names.ReleaseReportPrefix) {
 			if kept == nil {
 				kept = map[string]string{}
 			}

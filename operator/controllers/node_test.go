@@ -360,4 +360,16 @@ func TestTrimNodeKeepsWhatTheOperatorReads(t *testing.T) {
 	assert.Empty(t, tn.Status.Images)
 	assert.Empty(t, tn.Status.Conditions)
 	assert.Equal(t, map[string]string{names.PermittedAnnotation: "{}"}, tn.Annotations, "only what the KubeVirt sync reads")
+
+	// A mixed node: the split, its report (NVIDIA's device plugin follows
+	// it) and a release report stay.
+	mixed := map[string]string{names.VMGPUsAnnotation: "4", names.VMGPUsReportAnnotation: `{"declared":"4"}`,
+		names.ReleaseReportAnnotation(names.VFIOManager): "{}"}
+	n = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{"big": "y"}}}
+	for k, v := range mixed {
+		n.Annotations[k] = v
+	}
+	out, err = TrimNode(n)
+	require.NoError(t, err)
+	assert.Equal(t, mixed, out.(*corev1.Node).Annotations)
 }
