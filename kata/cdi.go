@@ -13,6 +13,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	sgnames "github.com/sandbox-gpu/sandbox-gpu/internal/names"
 )
 
 // CDIWriter keeps one CDI spec per resource in a folder: kind = resource,
@@ -86,13 +87,6 @@ func node(containerPath, hostPath string) *cdispec.DeviceNode {
 	return n
 }
 
-// gpuKind reports the kinds of NVIDIA's container GPUs, which the NRI
-// plugin and the runtime resolve for ordinary containers: never ours to
-// write, whatever a names config says.
-func gpuKind(kind string) bool {
-	return kind == "nvidia.com/gpu" || strings.HasPrefix(kind, "nvidia.com/gpu.") || strings.HasPrefix(kind, "nvidia.com/mig-")
-}
-
 // RemoveAll removes every spec this plugin owns in the folder: on a
 // graceful stop (the node leaves Kata passthrough, or the plugin is
 // uninstalled) no spec of ours outlives it. A restart writes them again
@@ -115,7 +109,7 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 	keep := map[string]bool{}
 	var errs []error
 	for _, r := range resources {
-		if (w.Kinds != nil && !w.Kinds[r.Name]) || gpuKind(r.Name) {
+		if (w.Kinds != nil && !w.Kinds[r.Name]) || sgnames.ContainerGPUResource(r.Name) { // never ours to write, whatever a names config says
 			errs = append(errs, fmt.Errorf("CDI spec of %s: not a kind of this plugin; not written", r.Name))
 			continue
 		}

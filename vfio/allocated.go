@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 )
 
@@ -53,13 +54,6 @@ func gpuIndexes(snap *host.Snapshot) map[host.Address]int {
 	return out
 }
 
-// containerResource reports NVIDIA's resources for ordinary containers,
-// whose IDs are GPU UUIDs or indexes (an index must not match a VM
-// resource's IOMMU group of the same number).
-func containerResource(name string) bool {
-	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
-}
-
 // allocated lists the pods the kubelet gave the function to.
 func (ids kubeletIDs) allocated(holders map[string][]podresources.Holder) []string {
 	var reasons []string
@@ -73,14 +67,14 @@ func (ids kubeletIDs) allocated(holders map[string][]podresources.Holder) []stri
 	}
 	for _, id := range ids.vm {
 		for _, h := range holders[podresources.NormID(id)] {
-			if !containerResource(h.Resource) {
+			if !names.ContainerGPUResource(h.Resource) { // IDs are GPU UUIDs or indexes: an index must not match a VM resource's IOMMU group of the same number
 				add(id, h)
 			}
 		}
 	}
 	for _, id := range ids.gpu {
 		for _, h := range holders[podresources.NormID(id)] {
-			if containerResource(h.Resource) || strings.HasPrefix(strings.ToLower(id), "gpu-") {
+			if names.ContainerGPUResource(h.Resource) || strings.HasPrefix(strings.ToLower(id), "gpu-") {
 				add(id, h)
 			}
 		}

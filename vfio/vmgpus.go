@@ -135,7 +135,6 @@ func modelID(model string) (uint16, bool) {
 // splitGPU is one GPU as the split sees it.
 type splitGPU struct {
 	f      *host.Function
-	index  int  // as nvidia-smi numbers it
 	onVFIO bool // now on a vfio driver
 	busy   bool // in use or allocated (it cannot move now)
 }
@@ -198,6 +197,9 @@ func (p *Planner) Split(v VMGPUs, vendor uint16, names map[uint16]string) (*Spli
 			vm = append(vm, gpus[i])
 		}
 	default:
+		for i := range gpus { // only a count looks at what cannot move now
+			gpus[i].busy = p.busy(gpus[i].f)
+		}
 		if v.count > len(gpus) {
 			return nil, fmt.Errorf("%w: %q: this node has %d GPUs", ErrBadInput, v.text, len(gpus))
 		}
@@ -229,30 +231,26 @@ func indexRange(n int) string {
 	return fmt.Sprintf(" (0 to %d)", n-1)
 }
 
-// splitGPUs lists the vendor's GPUs in address order with their index,
-// driver and whether they can move now.
+// splitGPUs lists the vendor's GPUs in address order (their index as
+// nvidia-smi numbers them) with their driver.
 func (p *Planner) splitGPUs(vendor uint16) []splitGPU {
 	var out []splitGPU
 	for _, f := range p.Snap.Functions { // sorted by address
 		if f.Vendor != vendor || f.Role != host.RoleGPU || f.PhysFn != "" {
 			continue
 		}
-		out = append(out, splitGPU{f: f, index: len(out), onVFIO: host.IsVFIODriver(f.Driver), busy: p.busy(f)})
+		out = append(out, splitGPU{f: f, onVFIO: host.IsVFIODriver(f.Driver)})
 	}
 	return out
 }
 
-// busy reports whether f, or a function of its IOMMU group on the same
-// driver side, is in use or allocated to a pod (or cannot be told).
+// busy reports whether f, or a function of its IOMMU group, is in use or
+// allocated to a pod (or cannot be told).
 func (p *Planner) busy(f *host.Function) bool {
-	members := []*host.Function{f}
-	if f.IOMMUGroup != host.NoGroup {
-		members = p.Snap.GroupMembers(f)
-	}
 	if p.holdersErr != nil {
 		return true
 	}
-	for _, m := range members {
+	for _, m := range p.Snap.GroupMembers(f) {
 		reasons, err := p.Host.InUse(m, p.Usage)
 		if err != nil || len(reasons) > 0 || len(p.idsOf(m).allocated(p.holders)) > 0 {
 			return true

@@ -6,7 +6,10 @@
 // node binary has to import the operator to learn a label.
 package names
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"strings"
+)
 
 // Domain is the product's own label and annotation domain.
 const Domain = "sandbox-gpu.io"
@@ -151,3 +154,12 @@ const (
 
 // RunPath returns the path of one of the shared files under RunDir.
 func RunPath(file string) string { return filepath.Join(RunDir, file) }
+
+// ContainerGPUResource reports NVIDIA's resources for ordinary containers
+// (nvidia.com/gpu, its nvidia.com/gpu.* variants such as time-sliced
+// nvidia.com/gpu.shared, and MIG's nvidia.com/mig-*), whose IDs are GPU
+// UUIDs or indexes, and whose CDI kinds the NRI plugin and the runtime
+// resolve: never a VM resource.
+func ContainerGPUResource(name string) bool {
+	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
+}

@@ -92,6 +92,12 @@ func permittedChanged() predicate.Funcs {
 		CreateFunc: func(e event.CreateEvent) bool { return some(e.Object) },
 		DeleteFunc: func(e event.DeleteEvent) bool { return some(e.Object) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			if ok1 && ok2 && maps.Equal(o.Labels, n.Labels) && o.Annotations[names.PermittedAnnotation] == n.Annotations[names.PermittedAnnotation] &&
+				equality.Semantic.DeepEqual(o.Status.Capacity, n.Status.Capacity) {
+				return false // none of what Permitted reads changed (most updates: heartbeats, status)
+			}
 			oldP, oldM := entries(e.ObjectOld)
 			newP, newM := entries(e.ObjectNew)
 			return !equality.Semantic.DeepEqual(oldP, newP) || !equality.Semantic.DeepEqual(oldM, newM)

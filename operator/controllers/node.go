@@ -312,12 +312,20 @@ func (r *NodeReconciler) ensureNode(ctx context.Context, node *corev1.Node, depl
 
 // readyOperands says which operands have a Ready pod on the node.
 func (r *NodeReconciler) readyOperands(ctx context.Context, node string) (map[string]bool, error) {
+	ready, _, err := r.operandPods(ctx, node)
+	return ready, err
+}
+
+// operandPods says which operands have a Ready pod on the node, and which
+// have any pod there (terminating ones included).
+func (r *NodeReconciler) operandPods(ctx context.Context, node string) (ready, present map[string]bool, err error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(r.Namespace), client.MatchingFields{podNodeIndex: node}); err != nil {
-		return nil, fmt.Errorf("node %s: list operand pods: %w", node, err)
+		return nil, nil, fmt.Errorf("node %s: list operand pods: %w", node, err)
 	}
-	ready := map[string]bool{}
+	ready, present = map[string]bool{}, map[string]bool{}
 	for _, p := range pods.Items {
+		present[p.Labels[names.OperandLabel]] = true
 		if p.DeletionTimestamp != nil {
 			continue // on its way out: its operand is stopping
 		}
@@ -327,7 +335,7 @@ func (r *NodeReconciler) readyOperands(ctx context.Context, node string) (map[st
 			}
 		}
 	}
-	return ready, nil
+	return ready, present, nil
 }
 
 // countDevices fills the GPU counts from the node's capacity.

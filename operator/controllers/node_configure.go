@@ -18,7 +18,7 @@ import (
 func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1alpha1.SandboxGPUPolicy, st *v1alpha1.SandboxGPUNode, desired string, rep *nodeReport) (ctrl.Result, string, error) {
 	applied := st.Status.AppliedConfig
 	want := workload.NodeOperands(node, desired, p)
-	ready, err := r.readyOperands(ctx, node.Name)
+	ready, present, err := r.operandPods(ctx, node.Name)
 	if err != nil {
 		return ctrl.Result{}, "", err
 	}
@@ -28,10 +28,7 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 	for _, o := range want {
 		labelled[o] = node.Labels[names.DeployLabel(o)] == "true"
 	}
-	staged, err := r.followSplit(ctx, node, st, want, workload.Staged(want, ready, labelled), rep)
-	if err != nil {
-		return ctrl.Result{}, "", err
-	}
+	staged := r.followSplit(node, st, want, workload.Staged(want, ready, labelled), present, rep)
 	if err := r.ensureNode(ctx, node, staged, nil, leftVGPU(st, desired)); err != nil {
 		return ctrl.Result{}, "", err
 	}

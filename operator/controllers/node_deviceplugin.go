@@ -1,13 +1,11 @@
 package controllers
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
@@ -33,18 +31,23 @@ const EventDevicePluginRestart = "DevicePluginRestart"
 //     until its pod is gone (so that the DaemonSet controller sees the
 //     change and starts a new pod), then comes back, and the GPUs it starts
 //     with are recorded.
-func (r *NodeReconciler) followSplit(ctx context.Context, node *corev1.Node, st *v1alpha1.SandboxGPUNode, want, staged []string, rep *nodeReport) ([]string, error) {
+//
+// present says which operands have a pod on the node.
+func (r *NodeReconciler) followSplit(node *corev1.Node, st *v1alpha1.SandboxGPUNode, want, staged []string, present map[string]bool, rep *nodeReport) []string {
 	dp := names.NVIDIADevicePlugin
 	if !slices.Contains(want, names.VFIOManager) || !slices.Contains(want, dp) {
 		st.Status.ContainerGPUs = nil // not a mixed node running it
-		return staged, nil
+		return staged
+	}
+	withoutDP := func() []string {
+		return slices.DeleteFunc(slices.Clone(staged), func(o string) bool { return o == dp })
 	}
 	split, reported := nodeSplit(node)
 	current := reported && strings.TrimSpace(split.Declared) == strings.TrimSpace(node.Annotations[names.VMGPUsAnnotation])
 	waitsForVMs := current && !split.Ready && len(split.Left) > 0 && joinedGPUs(split.Container, split.Left) == nil
 	if !slices.Contains(staged, dp) {
 		if !waitsForVMs || node.Labels[names.DeployLabel(names.VFIOManager)] != "true" {
-			return staged, nil // the split is being changed: it is stopped
+			return staged // the split is being changed: it is stopped
 		}
 		staged = append(slices.Clone(staged), dp)
 	}
@@ -52,24 +55,20 @@ func (r *NodeReconciler) followSplit(ctx context.Context, node *corev1.Node, st 
 	if node.Labels[names.DeployLabel(dp)] == "true" {
 		joined := joinedGPUs(st.Status.ContainerGPUs, onHost)
 		if !current || !split.Ready && !waitsForVMs || len(joined) == 0 {
-			return staged, nil
+			return staged
 		}
 		rep.add(false, EventDevicePluginRestart, "Restart", fmt.Sprintf("Node %s: %s joined the container GPUs; NVIDIA's device plugin finds GPUs only at its start, so it restarts to serve them.",
 			node.Name, nameList(joined)))
-		return slices.DeleteFunc(slices.Clone(staged), func(o string) bool { return o == dp }), nil
+		return withoutDP()
 	}
-	gone, err := r.operandPodGone(ctx, node.Name, dp)
-	if err != nil {
-		return nil, err
+	if present[dp] {
+		return withoutDP() // the old pod is still there
 	}
-	if !gone {
-		return slices.DeleteFunc(slices.Clone(staged), func(o string) bool { return o == dp }), nil
+	if !reported {
+		onHost = nil
 	}
-	st.Status.ContainerGPUs = nil
-	if reported {
-		st.Status.ContainerGPUs = onHost
-	}
-	return staged, nil
+	st.Status.ContainerGPUs = onHost
+	return staged
 }
 
 // nodeSplit reads the VFIO manager's split report on the node.
@@ -91,19 +90,4 @@ func joinedGPUs(before, now []string) []string {
 		}
 	}
 	return out
-}
-
-// operandPodGone reports whether no pod of operand (terminating ones
-// included) is left on the node.
-func (r *NodeReconciler) operandPodGone(ctx context.Context, node, operand string) (bool, error) {
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(r.Namespace), client.MatchingFields{podNodeIndex: node}); err != nil {
-		return false, fmt.Errorf("node %s: list operand pods: %w", node, err)
-	}
-	for _, p := range pods.Items {
-		if p.Labels[names.OperandLabel] == operand {
-			return false, nil
-		}
-	}
-	return true, nil
 }
