@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
 // gpuUnbindLatency is the simulated time a GPU takes to leave the nvidia
@@ -78,7 +79,7 @@ func BenchmarkStatusHGX(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := WriteJSON(io.Discard, rep); err != nil {
+		if err := jsonout.Write(io.Discard, rep); err != nil {
 			b.Fatal(err)
 		}
 	}

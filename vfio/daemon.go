@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 )
 
@@ -360,7 +361,7 @@ func (d *Daemon) writeReadyLocked() {
 	now := time.Now()
 	rep.PID, rep.Heartbeat, rep.Expires = os.Getpid(), now, now.Add(3*d.opts.Heartbeat)
 	var buf bytes.Buffer
-	if err := WriteJSON(&buf, &rep); err != nil {
+	if err := jsonout.Write(&buf, &rep); err != nil {
 		d.opts.Log.Error(err, "Cannot encode readiness", "path", p)
 		return
 	}

@@ -1,12 +1,12 @@
 package vfio
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
 // StatusReport is the JSON of `vfio-manager status`.
@@ -105,26 +105,12 @@ type ChangeReport struct {
 
 // PlanReport renders a plan (nothing done).
 func PlanReport(p *Plan) ChangeReport {
-	return ChangeReport{Target: p.Target, DryRun: true, Actions: nonNil(p.Actions), Refused: nonNil(p.Refused)}
+	return ChangeReport{Target: p.Target, DryRun: true, Actions: jsonout.List(p.Actions), Refused: jsonout.List(p.Refused)}
 }
 
 // ResultReport renders what an apply did.
 func ResultReport(r *Result) ChangeReport {
-	return ChangeReport{Target: r.Target, Actions: nonNil(r.Actions), Refused: nonNil(r.Refused)}
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// WriteJSON writes v as indented JSON.
-func WriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return ChangeReport{Target: r.Target, Actions: jsonout.List(r.Actions), Refused: jsonout.List(r.Refused)}
 }
 
 // WriteStatusTable writes a status as a table.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
 // SplitTarget is the target of a plan or apply of a split: its VM GPUs to
@@ -44,8 +45,8 @@ func (p *Planner) PlanSplit(v VMGPUs, vendor uint16, names map[uint16]string) (*
 // Report renders the plans (nothing done).
 func (sp *SplitPlans) Report() ChangeReport {
 	r := ChangeReport{Target: SplitTarget, DryRun: true, Split: sp.Split}
-	r.Actions = nonNil(append(append([]Action{}, sp.ToHost.Actions...), sp.ToVFIO.Actions...))
-	r.Refused = nonNil(append(append([]Refusal{}, sp.ToHost.Refused...), sp.ToVFIO.Refused...))
+	r.Actions = jsonout.List(append(append([]Action{}, sp.ToHost.Actions...), sp.ToVFIO.Actions...))
+	r.Refused = jsonout.List(append(append([]Refusal{}, sp.ToHost.Refused...), sp.ToVFIO.Refused...))
 	return r
 }
 

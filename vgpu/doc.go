@@ -6,7 +6,7 @@
 //	cfg, err := vgpu.LoadConfig(file)                  // or vgpu.DefaultConfig()
 //	plan, err := vgpu.PlanConfig(ctx, h, cfg, name, vgpu.Options{NodeName: node, Allocated: a})
 //	res := vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{PauseFile: pause})
-//	vgpu.WriteJSON(w, vgpu.ResultReport(res))          // or WriteTable; PlanReport for plan
+//	jsonout.Write(w, vgpu.ResultReport(res)) // or vgpu.WriteTable; vgpu.PlanReport for plan
 //	return res.Err()                                   // nil, or a RefusedError (exit 2)
 //
 // and, on a node, vgpu.Run(ctx, vgpu.RunOptions{...}). Errors map to the

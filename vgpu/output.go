@@ -1,12 +1,13 @@
 package vgpu
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
 // Report is the JSON of plan and apply. Keys are stable:
@@ -63,7 +64,7 @@ func gpuReport(g *GPU, managed bool, want, have map[string]int) GPUReport {
 
 // PlanReport renders a plan (nothing done).
 func PlanReport(p *Plan) Report {
-	r := Report{File: p.File, Config: p.Config, DryRun: true, GPUs: []GPUReport{}, Actions: []Step{}, Refused: nonNil(p.Refusals())}
+	r := Report{File: p.File, Config: p.Config, DryRun: true, GPUs: []GPUReport{}, Actions: []Step{}, Refused: jsonout.List(p.Refusals())}
 	for _, gp := range p.GPUs {
 		gr := gpuReport(gp.GPU, gp.Managed, gp.Want, gp.GPU.counts())
 		for _, t := range gp.GPU.Types {
@@ -77,7 +78,7 @@ func PlanReport(p *Plan) Report {
 
 // ResultReport renders what an apply did.
 func ResultReport(res *Result) Report {
-	r := Report{File: res.File, Config: res.Config, GPUs: []GPUReport{}, Actions: []Step{}, Refused: nonNil(res.Refused)}
+	r := Report{File: res.File, Config: res.Config, GPUs: []GPUReport{}, Actions: []Step{}, Refused: jsonout.List(res.Refused)}
 	for _, g := range res.GPUs {
 		r.GPUs = append(r.GPUs, gpuReport(g.GPU, g.Managed, g.Want, g.Have))
 		r.Actions = append(r.Actions, g.Done...)
@@ -86,20 +87,6 @@ func ResultReport(res *Result) Report {
 		r.Refused = append(r.Refused, Refusal{GPU: -1, Reason: e})
 	}
 	return r
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// WriteJSON writes v as indented JSON.
-func WriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // WriteTable writes a plan or apply report as tables: the GPUs, then the

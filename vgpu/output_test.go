@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,7 +17,7 @@ func TestReportJSONKeys(t *testing.T) {
 	k, h := fixture(t, "a10-vgpu")
 	p := planOf(t, h, cfg, "default", Options{})
 	var buf bytes.Buffer
-	require.NoError(t, WriteJSON(&buf, PlanReport(p)))
+	require.NoError(t, jsonout.Write(&buf, PlanReport(p)))
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &got))
 	assert.ElementsMatch(t, []string{"file", "config", "dryRun", "gpus", "actions", "refused"}, keys(got))
@@ -39,7 +40,7 @@ func TestReportJSONKeys(t *testing.T) {
 	require.NoError(t, k.HoldOpen(7000, "qemu-kvm", "vfio/"+strconv.Itoa(m.IOMMUGroup)))
 	res := apply(t, h, cfg, "small", Options{}, ApplyOptions{})
 	buf.Reset()
-	require.NoError(t, WriteJSON(&buf, ResultReport(res)))
+	require.NoError(t, jsonout.Write(&buf, ResultReport(res)))
 	got = map[string]any{}
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &got))
 	assert.Equal(t, false, got["dryRun"])

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -62,7 +63,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		}
 		vfio.LogWarnings(env.Log, report.Warnings)
 		if c.output == "json" {
-			return vfio.WriteJSON(env.Stdout, report)
+			return jsonout.Write(env.Stdout, report)
 		}
 		return vfio.WriteStatusTable(env.Stdout, report)
 	}
@@ -113,7 +114,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 func writeChange(env *shell.Env, c *common, report vfio.ChangeReport) error {
 	var err error
 	if c.output == "json" {
-		err = vfio.WriteJSON(env.Stdout, report)
+		err = jsonout.Write(env.Stdout, report)
 	} else {
 		err = vfio.WriteChangeTable(env.Stdout, report)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
@@ -148,7 +149,7 @@ func onceCommand(name, summary string) *shell.Command {
 				report = vgpu.ResultReport(res)
 			}
 			if output == "json" {
-				err = vgpu.WriteJSON(env.Stdout, report)
+				err = jsonout.Write(env.Stdout, report)
 			} else {
 				err = vgpu.WriteTable(env.Stdout, report)
 			}
