@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,28 +70,35 @@ func TestDevicePlugin(t *testing.T) {
 	deletePodAndWait(t, c, ns, pod.Name)
 }
 
-// testPlugin is a v1beta1 device plugin with fixed healthy devices; Allocate returns their IDs in
-// testEnv and /dev/zero as testDevice.
-type testPlugin struct {
+// startTestPlugin serves a plugin of testResource with the devices on a socket in dir and
+// registers it with the kubelet there once the kubelet's socket exists; it stops at the end of the
+// test. Its Allocate returns the IDs in testEnv and /dev/zero as testDevice.
+func startTestPlugin(t *testing.T, dir string, devices ...string) *fakePlugin {
+	t.Helper()
+	return servePlugin(t, dir, testResource, "sandbox-gpu-test.sock", devices, func(ids []string) *pluginapi.ContainerAllocateResponse {
+		return &pluginapi.ContainerAllocateResponse{
+			Envs:    map[string]string{testEnv: strings.Join(ids, ",")},
+			Devices: []*pluginapi.DeviceSpec{{ContainerPath: testDevice, HostPath: "/dev/zero", Permissions: "rw"}},
+		}
+	})
+}
+
+// fakePlugin is a v1beta1 device plugin with fixed healthy devices; Allocate records the IDs the
+// kubelet allocated and answers each container with respond(its IDs).
+type fakePlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	devices []string
+	respond func(ids []string) *pluginapi.ContainerAllocateResponse
 	allocs  chan []string
 }
 
-// startTestPlugin serves the plugin on a socket in dir and registers it with the kubelet there once
-// the kubelet's socket exists; it stops at the end of the test.
-func startTestPlugin(t *testing.T, dir string, devices ...string) *testPlugin {
+// servePlugin serves a fakePlugin of resource with the devices on the socket endpoint in the
+// kubelet's device-plugin folder dir and registers it with the kubelet there once the kubelet's
+// socket exists; it stops at the end of the test.
+func servePlugin(t *testing.T, dir, resource, endpoint string, devices []string,
+	respond func(ids []string) *pluginapi.ContainerAllocateResponse) *fakePlugin {
 	t.Helper()
-	p := &testPlugin{devices: devices, allocs: make(chan []string, 16)}
-	servePlugin(t, dir, testResource, "sandbox-gpu-test.sock", p)
-	return p
-}
-
-// servePlugin serves a device plugin of resource on the socket endpoint in the kubelet's
-// device-plugin folder dir and registers it with the kubelet there once the kubelet's socket
-// exists; it stops at the end of the test.
-func servePlugin(t *testing.T, dir, resource, endpoint string, p pluginapi.DevicePluginServer) {
-	t.Helper()
+	p := &fakePlugin{devices: devices, respond: respond, allocs: make(chan []string, 16)}
 	ctx := testContext(t, podWithin)
 	kubeletSock := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 	require.NoError(t, pollTrue(ctx, podWithin, func() (bool, error) {
@@ -103,17 +110,10 @@ func servePlugin(t *testing.T, dir, resource, endpoint string, p pluginapi.Devic
 	_ = os.Remove(sock)
 	l, err := net.Listen("unix", sock)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.Remove(sock) }) // after the server stops
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("device plugin server %s: %v", resource, err)
-		}
-		_ = os.Remove(sock)
-	})
+	e2e.Serve(t, "device plugin server "+resource, srv, l)
 
 	conn, err := grpc.NewClient("unix://"+kubeletSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -122,15 +122,16 @@ func servePlugin(t *testing.T, dir, resource, endpoint string, p pluginapi.Devic
 		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: resource,
 	})
 	require.NoError(t, err, "register %s with the kubelet", resource)
+	return p
 }
 
-func (p *testPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+func (p *fakePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
 // ListAndWatch sends the devices once and keeps the stream open until the kubelet or the server
 // ends it.
-func (p *testPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	resp := &pluginapi.ListAndWatchResponse{}
 	for _, id := range p.devices {
 		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
@@ -142,28 +143,35 @@ func (p *testPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServ
 	return nil
 }
 
-func (p *testPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (p *fakePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		ids := cr.GetDevicesIds()
 		p.allocs <- ids
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs:    map[string]string{testEnv: strings.Join(ids, ",")},
-			Devices: []*pluginapi.DeviceSpec{{ContainerPath: testDevice, HostPath: "/dev/zero", Permissions: "rw"}},
-		})
+		resp.ContainerResponses = append(resp.ContainerResponses, p.respond(ids))
 	}
 	return resp, nil
 }
 
+// nextAllocation returns the IDs of the next container's allocation recorded, without waiting;
+// false when there is none.
+func (p *fakePlugin) nextAllocation() ([]string, bool) {
+	select {
+	case ids := <-p.allocs:
+		return ids, true
+	default:
+		return nil, false
+	}
+}
+
 // allocated returns the device IDs of the Allocate calls so far, in order.
-func (p *testPlugin) allocated() []string {
+func (p *fakePlugin) allocated() []string {
 	var out []string
 	for {
-		select {
-		case ids := <-p.allocs:
-			out = append(out, ids...)
-		default:
+		ids, ok := p.nextAllocation()
+		if !ok {
 			return out
 		}
+		out = append(out, ids...)
 	}
 }

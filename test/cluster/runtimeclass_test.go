@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -28,12 +30,19 @@ func TestRuntimeClass(t *testing.T) {
 	require.NoError(t, c.CreateNamespace(ctx, ns, namespaceWithin))
 	pod := busyboxPod("sandboxed", "exec sleep 2147483647")
 	pod.Spec.RuntimeClassName = ptr.To(rc.Name)
-	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	runPodThrough(ctx, t, c, ns, pod, testHandler)
+	deletePodAndWait(t, c, ns, pod.Name)
+}
+
+// runPodThrough creates the pod in ns, waits until it runs and requires containerd to report
+// handler as the runtime handler of its sandbox.
+func runPodThrough(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, pod *corev1.Pod, handler string) {
+	t.Helper()
+	_, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
 	require.NoError(t, err)
 	handlers, err := c.SandboxHandlers(ctx, ns, pod.Name)
 	require.NoError(t, err)
-	assert.Equal(t, []string{testHandler}, handlers, "the pod sandbox's runtime handler")
-	deletePodAndWait(t, c, ns, pod.Name)
+	assert.Equal(t, []string{handler}, handlers, "the pod sandbox's runtime handler")
 }

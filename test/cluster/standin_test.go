@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -78,58 +76,30 @@ func writeGPUSpec(t *testing.T, c *cluster.Cluster) {
 	})
 }
 
-// gpuPlugin stands in for NVIDIA's device plugin where it leaves device injection to the runtime
-// (CDI and the NRI plugin): it advertises the stand-in GPUs as nvidia.com/gpu and its Allocate
-// returns nothing but records the IDs the kubelet allocated.
-type gpuPlugin struct {
-	pluginapi.UnimplementedDevicePluginServer
-	allocs chan []string
-}
-
-// startGPUPlugin serves and registers the stand-in plugin for the test.
-func startGPUPlugin(t *testing.T, c *cluster.Cluster) *gpuPlugin {
+// startGPUPlugin serves and registers, for the test, a plugin standing in for NVIDIA's device plugin
+// where it leaves device injection to the runtime (CDI and the NRI plugin): it advertises the
+// stand-in GPUs as nvidia.com/gpu and its Allocate returns nothing but records the IDs the kubelet
+// allocated.
+func startGPUPlugin(t *testing.T, c *cluster.Cluster) *fakePlugin {
 	t.Helper()
-	p := &gpuPlugin{allocs: make(chan []string, 16)}
-	servePlugin(t, c.DevicePluginDir(), gpuResource, "sandbox-gpu-test-nvidia-gpu.sock", p)
-	return p
-}
-
-func (p *gpuPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
-}
-
-func (p *gpuPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	resp := &pluginapi.ListAndWatchResponse{}
+	var ids []string
 	for _, g := range standInGPUs {
-		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: g.id, Health: pluginapi.Healthy})
+		ids = append(ids, g.id)
 	}
-	if err := s.Send(resp); err != nil {
-		return err
-	}
-	<-s.Context().Done()
-	return nil
+	return servePlugin(t, c.DevicePluginDir(), gpuResource, "sandbox-gpu-test-nvidia-gpu.sock", ids,
+		func([]string) *pluginapi.ContainerAllocateResponse { return &pluginapi.ContainerAllocateResponse{} })
 }
 
-func (p *gpuPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	resp := &pluginapi.AllocateResponse{}
-	for _, cr := range req.GetContainerRequests() {
-		p.allocs <- cr.GetDevicesIds()
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
-	}
-	return resp, nil
-}
-
-// allocated returns the one device of the one Allocate call so far.
-func (p *gpuPlugin) allocated() (standInGPU, error) {
-	select {
-	case ids := <-p.allocs:
-		for _, g := range standInGPUs {
-			if len(ids) == 1 && ids[0] == g.id {
-				return g, nil
-			}
-		}
-		return standInGPU{}, fmt.Errorf("allocated %v, want one of the stand-in GPUs", ids)
-	default:
+// allocatedGPU returns the one device of the one Allocate call so far.
+func allocatedGPU(p *fakePlugin) (standInGPU, error) {
+	ids, ok := p.nextAllocation()
+	if !ok {
 		return standInGPU{}, fmt.Errorf("the kubelet allocated no %s", gpuResource)
 	}
+	for _, g := range standInGPUs {
+		if len(ids) == 1 && ids[0] == g.id {
+			return g, nil
+		}
+	}
+	return standInGPU{}, fmt.Errorf("allocated %v, want one of the stand-in GPUs", ids)
 }

@@ -135,7 +135,7 @@ func containerNode(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
 	require.NoError(t, err)
 
-	gpu, err := plugin.allocated()
+	gpu, err := allocatedGPU(plugin)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{gpu.path: "character special file " + gpu.numbers, "/dev/nvidiactl": "character special file " + ctlNumbers},
 		deviceNodes(ctx, t, c, ns, pod.Name, "cuda", "/dev/nvidia*"), "the allocated GPU %s and the spec's common node, nothing else", gpu.id)
@@ -240,13 +240,7 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	pod := busyboxPod("kata-gpu", "exec sleep 2147483647")
 	pod.Spec.RuntimeClassName = ptr.To(kataHandler)
 	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{pgpuResource: resource.MustParse("1")}
-	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = c.WaitForPod(ctx, ns, pod.Name, podWithin, cluster.PodRunning)
-	require.NoError(t, err)
-	handlers, err := c.SandboxHandlers(ctx, ns, pod.Name)
-	require.NoError(t, err)
-	assert.Equal(t, []string{kataHandler}, handlers, "the pod sandbox's runtime handler")
+	runPodThrough(ctx, t, c, ns, pod, kataHandler)
 	got := deviceNodes(ctx, t, c, ns, pod.Name, "main", "/dev/vfio/*")
 	assert.Contains(t, []map[string]string{vfioNodes(iommuGroup(t, n, gpuAddress)), vfioNodes(iommuGroup(t, n, vmGPUAddress))}, got,
 		"the VFIO nodes of one A10 from the Kata plugin's CDI spec, resolved by containerd")

@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/containerdconf"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -42,11 +43,9 @@ type daemon struct {
 
 // daemonRun is one containerd process.
 type daemonRun struct {
-	cmd     *exec.Cmd
-	log     *e2e.SyncBuffer
-	done    chan struct{} // closed when the process has been waited for
-	waitErr error
-	start   time.Time
+	*e2e.Proc
+	log   *e2e.SyncBuffer
+	start time.Time
 }
 
 // Paths inside the daemon's folder.
@@ -67,7 +66,7 @@ func startDaemon(t *testing.T, env hostEnv) *daemon {
 	for _, sub := range []string{"cdi", "dev", "logs", "opt", "cni", "nri-plugins", "nri-conf", "s"} {
 		require.NoError(t, os.MkdirAll(d.path(sub), 0o755))
 	}
-	d.snapshotter = probeSnapshotter(d.path("overlay-probe"))
+	d.snapshotter = containerdconf.ProbeSnapshotter(d.path("overlay-probe"))
 	require.NoError(t, os.WriteFile(d.path("config.toml"), []byte(d.config()), 0o644))
 	start := time.Now()
 	d.start(t)
@@ -81,70 +80,18 @@ func startDaemon(t *testing.T, env hostEnv) *daemon {
 // config is containerd's configuration: everything under the daemon's folder, NRI on, the CDI
 // folder of the test, runc and a Kata-named runc runtime, the local busybox as the sandbox image.
 func (d *daemon) config() string {
-	runtime := func(name string) string {
-		return fmt.Sprintf(`
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%s']
-  runtime_type = 'io.containerd.runc.v2'
-  sandboxer = 'podsandbox'
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%s'.options]
-  BinaryName = '%s'
-  Root = '%s'
-  SystemdCgroup = false
-`, name, name, runcPath, d.runcRoot())
-	}
-	return fmt.Sprintf(`version = 3
-root = '%[1]s/root'
-state = '%[1]s/state'
-imports = []
-
-[grpc]
-  address = '%[2]s'
-
-[plugins.'io.containerd.internal.v1.opt']
-  path = '%[1]s/opt'
-
-[plugins.'io.containerd.shim.v1.manager']
-  socket_dir = '%[1]s/s'
-
-[plugins.'io.containerd.nri.v1.nri']
-  disable = false
-  socket_path = '%[3]s'
-  plugin_path = '%[1]s/nri-plugins'
-  plugin_config_path = '%[1]s/nri-conf'
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = '%[4]s'
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = '%[5]s'
-
-[plugins.'io.containerd.cri.v1.runtime']
-  # Required here: the sandbox lacks CAP_SYS_RESOURCE; without it RunPodSandbox fails with
-  # "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  enable_cdi = true
-  cdi_spec_dirs = ['%[6]s']
-[plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ['%[1]s/cni']
-  conf_dir = '%[1]s/cni'
-[plugins.'io.containerd.cri.v1.runtime'.containerd]
-  default_runtime_name = 'runc'
-%[7]s%[8]s`, d.dir, d.socket(), d.nriSocket(), d.snapshotter, imageName, d.cdiDir(), runtime("runc"), runtime(kataHandler))
-}
-
-// probeSnapshotter mounts an overlay in dir: overlayfs when that works, else native.
-func probeSnapshotter(dir string) string {
-	defer os.RemoveAll(dir)
-	for _, sub := range []string{"l", "u", "w", "m"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return "native"
-		}
-	}
-	opts := fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", dir, dir, dir)
-	if err := syscall.Mount("overlay", filepath.Join(dir, "m"), "overlay", 0, opts); err != nil {
-		return "native"
-	}
-	_ = syscall.Unmount(filepath.Join(dir, "m"), 0)
-	return "overlayfs"
+	return containerdconf.Config{
+		Dir:          d.dir,
+		Address:      d.socket(),
+		NRISocket:    d.nriSocket(),
+		Snapshotter:  d.snapshotter,
+		SandboxImage: imageName,
+		CDISpecDirs:  []string{d.cdiDir()},
+		CNIBinDir:    d.path("cni"),
+		CNIConfDir:   d.path("cni"),
+		Runc:         runcPath,
+		Handlers:     []string{"runc", kataHandler},
+	}.String()
 }
 
 // current is the containerd process started last.
@@ -161,29 +108,21 @@ func (d *daemon) running() bool {
 	if r == nil {
 		return false
 	}
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
+	return !r.Exited()
 }
 
 // start runs containerd on the daemon's folder and waits until CRI reports the runtime ready.
 func (d *daemon) start(t *testing.T) {
 	t.Helper()
 	require.False(t, d.running(), "containerd is already running")
-	r := &daemonRun{log: &e2e.SyncBuffer{}, done: make(chan struct{}), start: time.Now()}
-	r.cmd = exec.Command(filepath.Join(d.env.binDir, "containerd"), "--config", d.path("config.toml"))
+	r := &daemonRun{log: &e2e.SyncBuffer{}, start: time.Now()}
+	cmd := exec.Command(filepath.Join(d.env.binDir, "containerd"), "--config", d.path("config.toml"))
 	// containerd finds containerd-shim-runc-v2 on its PATH.
-	r.cmd.Env = append(os.Environ(), "PATH="+d.env.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, r.cmd.Start(), "start containerd")
-	go func() {
-		r.waitErr = r.cmd.Wait()
-		close(r.done)
-	}()
+	cmd.Env = append(os.Environ(), "PATH="+d.env.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = r.log, r.log
+	var err error
+	r.Proc, err = e2e.Start(cmd)
+	require.NoError(t, err, "start containerd")
 	d.runs = append(d.runs, r)
 
 	if d.conn != nil {
@@ -201,7 +140,7 @@ func (d *daemon) start(t *testing.T) {
 	var last string
 	err = e2e.Poll(readyWithin, func() bool {
 		select {
-		case <-r.done:
+		case <-r.Done():
 			return true
 		default:
 		}
@@ -221,8 +160,8 @@ func (d *daemon) start(t *testing.T) {
 		return false
 	})
 	select {
-	case <-r.done:
-		t.Fatalf("containerd exited while starting: %v\n%s", r.waitErr, r.log.String())
+	case <-r.Done():
+		t.Fatalf("containerd exited while starting: %v\n%s", r.Err(), r.log.String())
 	default:
 	}
 	require.NoError(t, err, "containerd not ready (last answer: %s)", last)
@@ -235,15 +174,15 @@ func (d *daemon) stop(t *testing.T) {
 	if r == nil || !d.running() {
 		return
 	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	_ = r.Cmd.Process.Signal(syscall.SIGTERM)
 	timer := time.NewTimer(exitWithin)
 	defer timer.Stop()
 	select {
-	case <-r.done:
+	case <-r.Done():
 	case <-timer.C:
-		t.Errorf("containerd (pid %d) did not exit within %v of SIGTERM; killing it", r.cmd.Process.Pid, exitWithin)
-		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-		<-r.done
+		t.Errorf("containerd (pid %d) did not exit within %v of SIGTERM; killing it", r.Cmd.Process.Pid, exitWithin)
+		_ = syscall.Kill(-r.Cmd.Process.Pid, syscall.SIGKILL)
+		<-r.Done()
 	}
 	if d.conn != nil {
 		_ = d.conn.Close()
@@ -306,11 +245,13 @@ func (d *daemon) cleanup(t *testing.T) {
 			if len(log) > 64<<10 {
 				log = "...\n" + log[len(log)-64<<10:]
 			}
-			t.Logf("containerd run %d (started %s, exit %v) log:\n%s", i+1, r.start.Format(time.TimeOnly), r.waitErr, log)
+			t.Logf("containerd run %d (started %s, exit %v) log:\n%s", i+1, r.start.Format(time.TimeOnly), r.Err(), log)
 		}
 	}
 	d.killLeftovers(t)
-	unmountUnder(t, d.dir)
+	if err := mountinfo.UnmountUnder(d.dir, false); err != nil {
+		t.Error(err)
+	}
 	if err := os.RemoveAll(d.dir); err != nil {
 		t.Errorf("remove %s: %v", d.dir, err)
 	}
@@ -349,49 +290,4 @@ func (d *daemon) killLeftovers(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// unmountUnder detaches every mount below dir, deepest first.
-func unmountUnder(t *testing.T, dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Errorf("mountinfo: %v", err)
-		return
-	}
-	var points []string
-	for line := range strings.Lines(string(data)) {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountinfo(fields[4])
-		if strings.HasPrefix(p, dir+"/") {
-			points = append(points, p)
-		}
-	}
-	slices.Reverse(points)
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("unmount %s: %v", p, err)
-		}
-	}
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,7 +26,7 @@ func TestPlugin(t *testing.T) {
 	spec := writeCDISpec(t, d)
 	gpu0, gpu1, gpu2 := spec.byIndex(t, "0"), spec.byIndex(t, "1"), spec.byIndex(t, "2")
 	kl := startFakeKubelet(t, d.path("pr.sock"), map[string][]string{cdiKind: {"0", "1", "2"}})
-	p := startPlugin(t, bin, pluginArgs(d, kl)...)
+	p := e2e.StartProgram(t, bin, pluginArgs(d, kl)...)
 	waitConnected(t, d, p)
 	const ns = "gpu-test"
 
@@ -177,7 +179,7 @@ func TestPlugin(t *testing.T) {
 		require.Equal(t, spec.want(gpu1), gpuNodes(d.charDevices(t, before)))
 
 		d.restart(t)
-		require.True(t, p.running(), "nri-gpu-plugin exited when containerd stopped: %v", p.waitErr)
+		require.False(t, p.Exited(), "nri-gpu-plugin exited when containerd stopped: %v", p.Err())
 		waitConnected(t, d, p) // on the restarted containerd's log
 
 		// The running container kept its GPU; a new one gets its own.
@@ -190,7 +192,7 @@ func TestPlugin(t *testing.T) {
 	})
 
 	t.Run("sigterm", func(t *testing.T) {
-		p.stop(t, exitWithin)
+		p.Stop(t, exitWithin)
 	})
 	t.Logf("PodResources calls: %v", kl.callCounts())
 }

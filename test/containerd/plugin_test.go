@@ -6,9 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -103,86 +101,18 @@ func pluginArgs(d *daemon, k *fakeKubelet) []string {
 	}
 }
 
-// pluginProc is the plugin running as a subprocess, in a process group of its own.
-type pluginProc struct {
-	cmd     *exec.Cmd
-	out     *e2e.SyncBuffer
-	done    chan struct{} // closed when the process has been waited for
-	waitErr error
-}
-
-// startPlugin starts the plugin binary. The test fails if it is still running at the end of the
-// test (it is then killed); its output is logged when the test fails.
-func startPlugin(t *testing.T, bin string, args ...string) *pluginProc {
-	t.Helper()
-	p := &pluginProc{out: &e2e.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if p.running() {
-			t.Errorf("nri-gpu-plugin (pid %d) still running at the end of the test; killing it", p.cmd.Process.Pid)
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("nri-gpu-plugin %s (exit: %v) output:\n%s", strings.Join(args, " "), p.waitErr, p.out.String())
-		}
-	})
-	return p
-}
-
-func (p *pluginProc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and requires the plugin to exit 0 within the deadline, leaving no process of
-// its group behind.
-func (p *pluginProc) stop(t *testing.T, within time.Duration) {
-	t.Helper()
-	pid := p.cmd.Process.Pid
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("SIGTERM nri-gpu-plugin (pid %d): %v", pid, err)
-	}
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-	case <-timer.C:
-		t.Fatalf("nri-gpu-plugin (pid %d) did not exit within %v of SIGTERM", pid, within)
-	}
-	if p.waitErr != nil {
-		t.Errorf("nri-gpu-plugin (pid %d) on SIGTERM: %v, want exit status 0", pid, p.waitErr)
-	}
-	if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("nri-gpu-plugin (pid %d) left processes in its group behind (kill -0: %v)", pid, err)
-	}
-}
-
 // waitConnected waits until the running containerd logs that the plugin (by its index) connected
 // and synchronized: containerd's NRI adaptation logs `plugin "<index>-<name>" connected and
 // synchronized` at info level once the plugin has registered and answered Synchronize.
-func waitConnected(t *testing.T, d *daemon, p *pluginProc) {
+func waitConnected(t *testing.T, d *daemon, p *e2e.Program) {
 	t.Helper()
 	start := time.Now()
 	r := d.current()
 	err := e2e.Poll(connectWithin, func() bool {
-		return !p.running() || len(r.log.Lines(`"`+pluginIndex+"-", "connected and synchronized")) > 0
+		return p.Exited() || len(r.log.Lines(`"`+pluginIndex+"-", "connected and synchronized")) > 0
 	})
-	if !p.running() {
-		t.Fatalf("nri-gpu-plugin exited (%v) before connecting to containerd", p.waitErr)
+	if p.Exited() {
+		t.Fatalf("nri-gpu-plugin exited (%v) before connecting to containerd", p.Err())
 	}
 	if err != nil {
 		t.Fatalf("containerd never logged plugin %q connected and synchronized: %v", pluginIndex+"-*", err)

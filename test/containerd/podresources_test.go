@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -40,14 +42,7 @@ func startFakeKubelet(t *testing.T, socket string, allocatable map[string][]stri
 	require.NoError(t, err, "PodResources socket")
 	srv := grpc.NewServer()
 	podresourcesapi.RegisterPodResourcesListerServer(srv, k)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("PodResources server: %v", err)
-		}
-	})
+	e2e.Serve(t, "PodResources server", srv, lis)
 	return k
 }
 

@@ -8,9 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
@@ -81,67 +79,4 @@ func pluginBinary(t *testing.T, name string) string {
 		t.Fatalf("building the device plugins: %v", err)
 	}
 	return filepath.Join(dir, name)
-}
-
-// pluginProc is a plugin running as a subprocess, in a process group of its own.
-type pluginProc struct {
-	name    string
-	cmd     *exec.Cmd
-	out     *e2e.SyncBuffer
-	done    chan struct{} // closed when the process has been waited for
-	waitErr error
-}
-
-// startPlugin starts a plugin binary. The test fails if it is still running, or exits other than 0,
-// when stopped; its output is logged when the test fails.
-func startPlugin(t *testing.T, bin string, args ...string) *pluginProc {
-	t.Helper()
-	p := &pluginProc{name: filepath.Base(bin), out: &e2e.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", p.name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			t.Errorf("%s (pid %d) still running at the end of the test; killing it", p.name, p.cmd.Process.Pid)
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s %s output:\n%s", p.name, strings.Join(args, " "), p.out.String())
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and requires the plugin to exit 0 within the deadline, leaving no process of
-// its group behind.
-func (p *pluginProc) stop(t *testing.T, within time.Duration) {
-	t.Helper()
-	pid := p.cmd.Process.Pid
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("SIGTERM %s (pid %d): %v", p.name, pid, err)
-	}
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-	case <-timer.C:
-		t.Fatalf("%s (pid %d) did not exit within %v of SIGTERM", p.name, pid, within)
-	}
-	if p.waitErr != nil {
-		t.Errorf("%s (pid %d) on SIGTERM: %v, want exit status 0", p.name, pid, p.waitErr)
-	}
-	// Kill with signal 0 probes the whole process group: ESRCH means nothing of it is left.
-	if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("%s (pid %d) left processes in its group behind (kill -0: %v)", p.name, pid, err)
-	}
 }

@@ -52,7 +52,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startPlugin(t, bin, fl.args(t, n, dir)...)
+	p := e2e.StartProgram(t, bin, fl.args(t, n, dir)...)
 	byID := map[string]pciFunc{}
 	for _, f := range fx.gpus {
 		byID[fl.id(f)] = f
@@ -166,7 +166,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 		if n := kl.registrations.of(res); n != 1 {
 			t.Errorf("the restarted kubelet received %d registrations of %s, want 1", n, res)
 		}
-		p.stop(t, exitWithin)
+		p.Stop(t, exitWithin)
 		if left, err := sockets(dir); err != nil || len(left) != 0 {
 			t.Errorf("sockets left in %s after the plugin exited: %v %v", dir, left, err)
 		}

@@ -68,7 +68,7 @@ func runVGPU(t *testing.T, c vgpuCase) {
 		t.Fatal(err)
 	}
 	args := append([]string{"--device-plugin-dir", dir, "--pci-ids", ids}, n.rootArgs()...)
-	p := startPlugin(t, bin, append(args, "--vfio-ready-file", filepath.Join(state, names.VFIOReadyFile), "--wait-vfio-ready=false",
+	p := e2e.StartProgram(t, bin, append(args, "--vfio-ready-file", filepath.Join(state, names.VFIOReadyFile), "--wait-vfio-ready=false",
 		"--permitted-host-devices-file", permitted, "--vgpu-pause-file", pause, "--vgpu-ready-file", ready, "-v")...)
 	wantIDs := slices.Sorted(maps.Keys(want))
 	total := int64(c.count)
@@ -151,7 +151,7 @@ func runVGPU(t *testing.T, c vgpuCase) {
 		if n := kl.registrations.of(c.resource); n != 1 {
 			t.Errorf("the kubelet received %d registrations of %s, want 1", n, c.resource)
 		}
-		p.stop(t, exitWithin)
+		p.Stop(t, exitWithin)
 		if left, err := sockets(dir); err != nil || len(left) != 0 {
 			t.Errorf("sockets left in %s after the plugin exited: %v %v", dir, left, err)
 		}

@@ -101,20 +101,28 @@ func vfioManagerBinary(t *testing.T, env hostEnv) string {
 		return p
 	}
 	out := filepath.Join(t.TempDir(), "vfio-manager")
+	buildStatic(t, env.repoRoot, "vfio-manager", out, "./cmd/vfio-manager", "build")
+	return out
+}
+
+// buildStatic builds pkg into out for the guest, with `go <goArgs> -trimpath -o out pkg` in dir:
+// static (CGO_ENABLED=0) and x86_64 whatever the host is. It fails the test unless the result is
+// static; what names the binary in the messages.
+func buildStatic(t *testing.T, dir, what, out, pkg string, goArgs ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/vfio-manager")
-	cmd.Dir = env.repoRoot
+	cmd := exec.CommandContext(ctx, "go", append(goArgs, "-trimpath", "-o", out, pkg)...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	start := time.Now()
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build ./cmd/vfio-manager: %v\n%s", err, msg)
+		t.Fatalf("build %s (%s): %v\n%s", what, pkg, err, msg)
 	}
-	t.Logf("built static vfio-manager in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("built static %s in %s", what, time.Since(start).Round(time.Millisecond))
 	if err := requireStatic(out); err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // isScript tells whether path starts with "#!".

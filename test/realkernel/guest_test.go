@@ -1,13 +1,9 @@
 package realkernel
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // guestTestBinary builds the guest tests (package guest, tag realkernelguest) into one static
@@ -15,19 +11,8 @@ import (
 func guestTestBinary(t *testing.T, env hostEnv) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "guest.test")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-trimpath", "-tags", "realkernelguest", "-o", out, "./realkernel/guest")
-	cmd.Dir = filepath.Join(env.repoRoot, "test")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	start := time.Now()
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the guest tests (./realkernel/guest): %v\n%s", err, msg)
-	}
-	t.Logf("built the static guest tests in %s", time.Since(start).Round(time.Millisecond))
-	if err := requireStatic(out); err != nil {
-		t.Fatal(err)
-	}
+	buildStatic(t, filepath.Join(env.repoRoot, "test"), "guest tests", out, "./realkernel/guest",
+		"test", "-c", "-tags", "realkernelguest")
 	return out
 }
 

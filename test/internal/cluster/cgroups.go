@@ -12,18 +12,20 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
 )
 
 // cgroupHierarchies lists the mount points of every cgroup (v1) and cgroup2 hierarchy.
 func cgroupHierarchies() ([]string, error) {
-	mounts, err := readMountinfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, m := range mounts {
-		if (m.fstype == "cgroup" || m.fstype == "cgroup2") && !slices.Contains(out, m.point) {
-			out = append(out, m.point)
+		if (m.FSType == "cgroup" || m.FSType == "cgroup2") && !slices.Contains(out, m.Point) {
+			out = append(out, m.Point)
 		}
 	}
 	return out, nil

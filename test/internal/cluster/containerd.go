@@ -7,9 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/containerdconf"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -82,7 +82,7 @@ func (c *Cluster) NodeExec(ctx context.Context, argv ...string) ([]byte, error) 
 // startContainerd writes containerd's config and CNI network, runs it in the node's namespace,
 // waits until CRI reports the runtime ready and imports the images.
 func (c *Cluster) startContainerd(ctx context.Context) error {
-	c.snapshotter = probeSnapshotter(c.path("overlay-probe"))
+	c.snapshotter = containerdconf.ProbeSnapshotter(c.path("overlay-probe"))
 	if err := os.WriteFile(c.path("containerd", "config.toml"), []byte(c.containerdConfig()), 0o644); err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
@@ -165,64 +165,24 @@ func (c *Cluster) SandboxHandlers(ctx context.Context, namespace, pod string) ([
 // the local busybox as the pinned pause image, NRI and CDI on with sockets and specs in the work
 // folder, and opts.ContainerdConfig appended.
 func (c *Cluster) containerdConfig() string {
-	return fmt.Sprintf(`version = 3
-root = '%[1]s/containerd/root'
-state = '%[1]s/containerd/state'
-imports = []
-
-[grpc]
-  address = '%[2]s'
-
-[plugins.'io.containerd.internal.v1.opt']
-  path = '%[1]s/containerd/opt'
-
-[plugins.'io.containerd.shim.v1.manager']
-  socket_dir = '%[1]s/containerd/s'
-
-[plugins.'io.containerd.nri.v1.nri']
-  disable = false
-  socket_path = '%[3]s'
-  plugin_path = '%[1]s/containerd/nri-plugins'
-  plugin_config_path = '%[1]s/containerd/nri-conf'
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = '%[4]s'
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = '%[5]s'
-
-[plugins.'io.containerd.cri.v1.runtime']
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  enable_cdi = true
-  cdi_spec_dirs = ['%[6]s', '%[10]s']
-[plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ['%[7]s']
-  conf_dir = '%[1]s/cni/net.d'
-[plugins.'io.containerd.cri.v1.runtime'.containerd]
-  default_runtime_name = 'runc'
-%[8]s
+	return containerdconf.Config{
+		Dir:                c.path("containerd"),
+		Address:            c.ContainerdSocket(),
+		NRISocket:          c.NRISocket(),
+		Snapshotter:        c.snapshotter,
+		SandboxImage:       BusyboxImage,
+		CDISpecDirs:        []string{c.HostPath("/etc/cdi"), c.CDIDir()},
+		CNIBinDir:          cniDir,
+		CNIConfDir:         c.path("cni", "net.d"),
+		Runc:               runcPath,
+		Handlers:           append([]string{"runc"}, c.opts.RuncHandlers...),
+		NetnsUnderStateDir: true,
+		Extra: `
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = '127.0.0.1'
   stream_server_port = '0'
-%[9]s
-`, c.dir, c.ContainerdSocket(), c.NRISocket(), c.snapshotter, BusyboxImage, c.HostPath("/etc/cdi"), cniDir, c.runtimes(),
-		c.opts.ContainerdConfig, c.CDIDir())
-}
-
-// runtimes is the runc runtime and one more per Options.RuncHandlers, all runc with cgroupfs.
-func (c *Cluster) runtimes() string {
-	var b strings.Builder
-	for _, h := range append([]string{"runc"}, c.opts.RuncHandlers...) {
-		fmt.Fprintf(&b, `[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%[1]s']
-  runtime_type = 'io.containerd.runc.v2'
-  sandboxer = 'podsandbox'
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'%[1]s'.options]
-  BinaryName = '%[2]s'
-  Root = '%[3]s/containerd/runc'
-  SystemdCgroup = false
-`, h, runcPath, c.dir)
-	}
-	return b.String()
+` + c.opts.ContainerdConfig + "\n",
+	}.String()
 }
 
 // cniConfig is a bridge network with host-local addresses; the bridge is the node's gateway.
@@ -236,20 +196,4 @@ func (c *Cluster) cniConfig() string {
   }]
 }
 `, c.opts.Bridge, c.opts.PodSubnet)
-}
-
-// probeSnapshotter mounts an overlay in dir: overlayfs when that works, else native.
-func probeSnapshotter(dir string) string {
-	defer os.RemoveAll(dir)
-	for _, sub := range []string{"l", "u", "w", "m"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return "native"
-		}
-	}
-	opts := fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", dir, dir, dir)
-	if err := syscall.Mount("overlay", filepath.Join(dir, "m"), "overlay", 0, opts); err != nil {
-		return "native"
-	}
-	_ = syscall.Unmount(filepath.Join(dir, "m"), 0)
-	return "overlayfs"
 }

@@ -173,7 +173,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, p *process, what string, with
 		return cond(ctx)
 	})
 	if err != nil {
-		if p.exited() {
+		if p.Exited() {
 			return err
 		}
 		return fmt.Errorf("%s: %s not ready: %w; last lines of %s:\n%s", p.name, what, err, p.logPath, tailFile(p.logPath, 30))

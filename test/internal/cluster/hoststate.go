@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
 )
 
 // What a kubelet, containerd and the bridge CNI plugin can change on the host, outside the cluster's
@@ -165,7 +168,7 @@ func restoreHost(before *HostSnapshot, bridge string, logf func(string, ...any))
 			continue
 		}
 		logf("cleanup: removing %s", p)
-		unmountUnder(p, true)
+		_ = mountinfo.UnmountUnder(p, true)
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))
 		}
@@ -175,4 +178,10 @@ func restoreHost(before *HostSnapshot, bridge string, logf func(string, ...any))
 
 func sysctlPath(key string) string {
 	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+}
+
+// runCommand runs a host program and returns its combined output.
+func runCommand(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }

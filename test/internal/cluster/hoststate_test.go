@@ -41,8 +41,3 @@ func TestHostPath(t *testing.T) {
 	assert.Equal(t, "/tmp/sgc1/etc-cdi", c.HostPath("/etc/cdi/"))
 	assert.Equal(t, "/run/other", c.HostPath("/run/other"))
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	assert.Equal(t, "/tmp/a b\tc", unescapeMountinfo(`/tmp/a\040b\011c`))
-	assert.Equal(t, "/plain", unescapeMountinfo("/plain"))
-}

@@ -11,18 +11,18 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
 // process is one daemon of the cluster: its own process group, its own log file, and a pid file the
 // process writes itself (sh writes $$ and execs the daemon, so the pid is the daemon's, never a
 // subshell's).
 type process struct {
+	*e2e.Proc
 	name    string
-	cmd     *exec.Cmd
 	logPath string
 	pidPath string
-	done    chan struct{} // closed once the process has been waited for
-	waitErr error
 }
 
 // startProcess runs argv (through prefix, such as nsenter, when given) as component name, with its
@@ -32,7 +32,6 @@ func startProcess(name, logsDir, runDir string, env []string, prefix []string, a
 		name:    name,
 		logPath: filepath.Join(logsDir, name+".log"),
 		pidPath: filepath.Join(runDir, name+".pid"),
-		done:    make(chan struct{}),
 	}
 	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -43,59 +42,44 @@ func startProcess(name, logsDir, runDir string, env []string, prefix []string, a
 	// $0 is the pid file, "$@" the daemon and its arguments.
 	args := append(append([]string{}, prefix...), "/bin/sh", "-c", `echo $$ > "$0" && exec "$@"`, p.pidPath)
 	args = append(args, argv...)
-	p.cmd = exec.Command(args[0], args[1:]...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so that stopping it stops whatever it started in the group too; killed
 	// with the test binary (SIGKILL when the thread that started it dies).
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	if p.Proc, err = e2e.Start(cmd); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, argv[0], err)
 	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
-}
-
-// exited reports whether the process has ended.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // exitError describes how the process ended, with the tail of its log; nil while it runs.
 func (p *process) exitError() error {
-	if !p.exited() {
+	if !p.Exited() {
 		return nil
 	}
-	return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.name, p.waitErr, p.logPath, tailFile(p.logPath, 40))
+	return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.name, p.Err(), p.logPath, tailFile(p.logPath, 40))
 }
 
 // stop sends SIGTERM to the process group and waits up to grace, then SIGKILLs the group. It is
 // safe to call more than once.
 func (p *process) stop(grace time.Duration) error {
-	if p == nil || p.cmd.Process == nil {
+	if p == nil || p.Proc == nil {
 		return nil
 	}
-	pgid := p.cmd.Process.Pid
-	if !p.exited() {
+	pgid := p.Cmd.Process.Pid
+	if !p.Exited() {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		timer := time.NewTimer(grace)
 		defer timer.Stop()
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-timer.C:
 		}
 	}
 	// Whatever is left in the group (the daemon ignoring SIGTERM, or a child of it).
 	err := syscall.Kill(-pgid, syscall.SIGKILL)
-	<-p.done
+	<-p.Done()
 	if err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s: kill process group %d: %w", p.name, pgid, err)
 	}

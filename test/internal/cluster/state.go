@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
 )
 
 // Host-wide files: one cluster at a time per host (a kubelet's cgroups and kernel tunables are
@@ -97,7 +99,7 @@ func recoverCrashedRun(logf func(string, ...any)) error {
 	if err := restoreHost(s.Before, s.Bridge, logf); err != nil {
 		errs = append(errs, err)
 	}
-	unmountUnder(s.Dir, false)
+	_ = mountinfo.UnmountUnder(s.Dir, false)
 	if err := os.RemoveAll(s.Dir); err != nil {
 		errs = append(errs, err)
 	}

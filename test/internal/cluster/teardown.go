@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
 )
 
 // criCleanupWithin bounds the removal of the pods through CRI at teardown.
@@ -68,7 +70,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		}
 	}
 	if c.dir != "" {
-		unmountUnder(c.dir, false)
+		_ = mountinfo.UnmountUnder(c.dir, false)
 		if err := os.RemoveAll(c.dir); err != nil {
 			errs = append(errs, fmt.Errorf("cluster: remove the work folder: %w", err))
 		}
@@ -131,7 +133,7 @@ func (c *Cluster) removePods(ctx context.Context) error {
 // running reports whether the named component runs.
 func (c *Cluster) running(name string) bool {
 	for _, p := range c.procs {
-		if p.name == name && !p.exited() {
+		if p.name == name && !p.Exited() {
 			return true
 		}
 	}

@@ -1,6 +1,7 @@
 // Package e2e holds what the end-to-end suites share: the repository root,
-// polling with a deadline, and a buffer a subprocess writes into while the
-// test reads it.
+// polling with a deadline, a buffer a subprocess writes into while the test
+// reads it, subprocesses in process groups of their own (proc.go), and gRPC
+// servers that stop with the test (grpc.go).
 package e2e
 
 import (

@@ -110,17 +110,9 @@ func TestMtty(t *testing.T) {
 		mark := rec.mark()
 
 		// The check package vgpu makes before planning and before each removing write.
-		u, err := h.ScanUsage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		reasons, err := h.MdevInUse(m, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		requireHeldBy(t, strings.Join(reasons, "; "), hd.pid, fmt.Sprintf("/dev/vfio/%d", m.IOMMUGroup))
+		requireScanHeldBy(t, h, func(u *host.Usage) ([]string, error) { return h.MdevInUse(m, u) }, hd.pid, m.IOMMUGroup)
 
-		err = removeMdev(h, held)
+		err := removeMdev(h, held)
 		if err == nil || !strings.HasPrefix(err.Error(), "in use:") {
 			t.Errorf("remove of a held mdev: %v, want an in-use refusal", err)
 		} else {
@@ -257,6 +249,21 @@ func requireGone(t *testing.T, h *host.Host, m host.Mdev) {
 	if isCharDevice(fmt.Sprintf("/dev/vfio/%d", m.IOMMUGroup)) {
 		t.Errorf("/dev/vfio/%d still there after mdev %s was removed", m.IOMMUGroup, m.UUID)
 	}
+}
+
+// requireScanHeldBy scans the open files of every process and requires inUse, given the scan,
+// to name the holder's pid and /dev/vfio/<group> among its reasons.
+func requireScanHeldBy(t *testing.T, h *host.Host, inUse func(*host.Usage) ([]string, error), pid, group int) {
+	t.Helper()
+	u, err := h.ScanUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons, err := inUse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireHeldBy(t, strings.Join(reasons, "; "), pid, fmt.Sprintf("/dev/vfio/%d", group))
 }
 
 // requireHeldBy checks that an in-use reason names the holder's pid and what.

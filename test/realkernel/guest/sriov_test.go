@@ -51,14 +51,17 @@ func TestSRIOV(t *testing.T) {
 		requireVFs(t, h, pf, total)
 	})
 
-	t.Run("disable when idle", func(t *testing.T) {
+	// disable writes 0 to sriov_numvfs and checks the VFs are gone: with none in use, it is allowed.
+	disable := func(t *testing.T) {
 		mark := rec.mark()
 		if err := disableVFs(h, pf.Address); err != nil {
 			t.Fatal(err)
 		}
 		requireWrites(t, rec, mark, write{numvfs, "0"})
 		requireVFs(t, h, pf, 0)
-	})
+	}
+
+	t.Run("disable when idle", disable)
 
 	var vf *host.Function // on vfio-pci
 	t.Run("held VF: in use and no sriov_numvfs written", func(t *testing.T) {
@@ -72,17 +75,9 @@ func TestSRIOV(t *testing.T) {
 		mark := rec.mark()
 
 		// The check package vgpu makes before planning and before the sriov_numvfs write.
-		u, err := h.ScanUsage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		reasons, err := h.InUse(vf, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		requireHeldBy(t, strings.Join(reasons, "; "), hd.pid, fmt.Sprintf("/dev/vfio/%d", vf.IOMMUGroup))
+		requireScanHeldBy(t, h, func(u *host.Usage) ([]string, error) { return h.InUse(vf, u) }, hd.pid, vf.IOMMUGroup)
 
-		err = disableVFs(h, pf.Address)
+		err := disableVFs(h, pf.Address)
 		if err == nil || !strings.HasPrefix(err.Error(), "in use:") {
 			t.Errorf("disable under a held VF: %v, want an in-use refusal", err)
 		} else {
@@ -106,14 +101,7 @@ func TestSRIOV(t *testing.T) {
 		hd.release(t)
 	})
 
-	t.Run("released VF: disabled", func(t *testing.T) {
-		mark := rec.mark()
-		if err := disableVFs(h, pf.Address); err != nil {
-			t.Fatal(err)
-		}
-		requireWrites(t, rec, mark, write{numvfs, "0"})
-		requireVFs(t, h, pf, 0)
-	})
+	t.Run("released VF: disabled", disable)
 }
 
 // findPF returns the one NVMe controller with SR-IOV, on nvme with its VFs disabled.

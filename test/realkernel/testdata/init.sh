@@ -32,6 +32,22 @@ var() {
 	echo "@@VAR $1 $2"
 }
 
+# hold_group ADDRESS holds the PCI function's /dev/vfio/<group> open in a background process
+# (HOLDER) and tells the host HELD: "held" once the group is open. If the open fails the holder
+# exits and HELD is empty. release_group ends the holder.
+hold_group() {
+	mkfifo /tmp/held
+	sh -c 'echo held; exec sleep 1000' >/tmp/held 3<"/dev/vfio/$(link_name "/sys/bus/pci/devices/$1/iommu_group")" &
+	HOLDER=$!
+	read -r HELD </tmp/held
+	var HELD "$HELD"
+}
+
+release_group() {
+	kill "$HOLDER"
+	wait "$HOLDER"
+}
+
 # state prints each PCI function's ids, driver, IOMMU group and interfaces, and /dev/vfio.
 state() {
 	for d in /sys/bus/pci/devices/*; do

@@ -23,15 +23,7 @@ step nic-unbind /vfio-manager unbind --vendor 8086 --device "$NIC" --output json
 
 # A process holding /dev/vfio/<group> open keeps the edu on vfio-pci.
 step held-bind /vfio-manager bind --vendor 1234 --all --output json
-EDU=$(pci_find 1234 11e8)
-GROUP=$(link_name "/sys/bus/pci/devices/$EDU/iommu_group")
-mkfifo /tmp/held
-# The holder says "held" once fd 3 is open; if the open fails it exits and read gets nothing.
-sh -c 'echo held; exec sleep 1000' >/tmp/held 3<"/dev/vfio/$GROUP" &
-HOLDER=$!
-read -r HELD </tmp/held
-var HELD "$HELD"
+hold_group "$(pci_find 1234 11e8)"
 step held-unbind /vfio-manager unbind --vendor 1234 --all --output json
-kill "$HOLDER"
-wait "$HOLDER"
+release_group
 step released-unbind /vfio-manager unbind --vendor 1234 --all --output json

@@ -12,13 +12,7 @@ step split-1 /vfio-manager bind --vendor 1234 --vm-gpus 1 --output json
 step split-index /vfio-manager bind --vendor 1234 --vm-gpus index:1 --output json
 
 # A process holding the VM GPU's group keeps it on vfio-pci when the split drops it.
-GROUP=$(link_name "/sys/bus/pci/devices/$D1/iommu_group")
-mkfifo /tmp/held
-sh -c 'echo held; exec sleep 1000' >/tmp/held 3<"/dev/vfio/$GROUP" &
-HOLDER=$!
-read -r HELD </tmp/held
-var HELD "$HELD"
+hold_group "$D1"
 step split-held /vfio-manager bind --vendor 1234 --vm-gpus 0 --output json
-kill "$HOLDER"
-wait "$HOLDER"
+release_group
 step split-0 /vfio-manager bind --vendor 1234 --vm-gpus 0 --output json
