@@ -155,18 +155,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.watch = w
-	tick := time.NewTicker(a.o.Resync)
-	defer tick.Stop()
-	w.Poke()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.Kick():
-		case <-tick.C:
-		}
+	return w.Loop(ctx, ownnode.LoopOptions{Resync: a.o.Resync, Log: a.o.Log}, func() time.Duration {
 		a.sync(ctx)
-	}
+		return 0
+	})
 }
 
 func ownedDiffer(a, b map[string]string) bool {

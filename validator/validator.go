@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -138,11 +137,7 @@ func (v *Validator) Run(ctx context.Context) error {
 		return err
 	}
 	v.watch = nw
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("fsnotify: %w", err)
-	}
-	defer w.Close()
+	var dirs []string
 	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile} {
 		if f == "" {
 			continue
@@ -151,34 +146,18 @@ func (v *Validator) Run(ctx context.Context) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("watch %s: %w", dir, err)
 		}
-		if err := w.Add(dir); err != nil {
-			return fmt.Errorf("watch %s: %w", dir, err)
-		}
+		dirs = append(dirs, dir)
 	}
-	tick := time.NewTicker(v.o.Resync)
-	defer tick.Stop()
-	// expiry wakes the check when the VFIO manager's heartbeat runs out:
-	// a killed daemon writes no event.
-	expiry := time.NewTimer(time.Hour)
-	defer expiry.Stop()
-	nw.Poke()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-nw.Kick():
-		case <-tick.C:
-		case <-expiry.C:
-		case <-w.Events:
-		case err := <-w.Errors:
-			v.o.Log.Error(err, "File watch failed, checking anyway")
-		}
+	// The timer wakes the check when the VFIO manager's heartbeat runs
+	// out: a killed daemon writes no event.
+	return nw.Loop(ctx, ownnode.LoopOptions{Resync: v.o.Resync, Dirs: dirs, Log: v.o.Log}, func() time.Duration {
 		r := v.check(ctx)
 		v.o.Log.V(1).Info("Checked", "node", v.o.NodeName, "ready", r.Ready, "problems", r.Problems)
-		if !v.expires.IsZero() {
-			expiry.Reset(time.Until(v.expires) + 10*time.Millisecond)
+		if v.expires.IsZero() {
+			return 0
 		}
-	}
+		return max(time.Until(v.expires)+10*time.Millisecond, time.Millisecond)
+	})
 }
 
 // check runs the checks that the Node's deploy labels call for, and

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,18 +109,9 @@ func Run(ctx context.Context, o RunOptions) error {
 		return err // nil: ctx ended
 	}
 	r.node = nw.Node
-	var configEvents <-chan fsnotify.Event
-	var configErrs <-chan error
+	var dirs []string // the config's folder, whose every change wakes a pass
 	if !o.Release {
-		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			return fmt.Errorf("fsnotify: %w", err)
-		}
-		defer w.Close()
-		if err := w.Add(filepath.Dir(o.ConfigFile)); err != nil {
-			return fmt.Errorf("watch %s: %w", filepath.Dir(o.ConfigFile), err)
-		}
-		configEvents, configErrs = w.Events, w.Errors
+		dirs = []string{filepath.Dir(o.ConfigFile)}
 	}
 	if o.Release && o.LockFile != "" {
 		// A release holds the lock for its life: the device manager of the
@@ -137,28 +127,12 @@ func Run(ctx context.Context, o RunOptions) error {
 		defer unlock()
 		r.locked = true
 	}
-	tick := time.NewTicker(o.Resync)
-	defer tick.Stop()
-	retry := time.NewTimer(o.Retry)
-	retry.Stop()
-	nw.Poke()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-nw.Kick():
-		case <-tick.C:
-		case <-retry.C:
-		case <-configEvents:
-		case err := <-configErrs:
-			o.Log.Error(err, "Config file watch failed; applying anyway", "file", o.ConfigFile)
-		}
+	return nw.Loop(ctx, ownnode.LoopOptions{Resync: o.Resync, Dirs: dirs, Log: o.Log}, func() time.Duration {
 		if r.pass(ctx) == StateFailed {
-			retry.Reset(o.Retry)
-		} else {
-			retry.Stop()
+			return o.Retry
 		}
-	}
+		return 0
+	})
 }
 
 // runner is the state of one Run.
