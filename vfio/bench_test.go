@@ -2,6 +2,7 @@ package vfio
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // gpuUnbindLatency is the simulated time a GPU takes to leave the nvidia
@@ -31,38 +33,28 @@ func slowGPUUnbind(k *hostsim.Kernel) {
 // x-slowest-group is the whole bind's time over that group's time (target:
 // parallel at most 1.3).
 func BenchmarkBindHGX(b *testing.B) {
-	for _, mode := range []struct {
-		name string
-		opts ApplyOptions
-	}{{"parallel", ApplyOptions{}}, {"sequential", ApplyOptions{Sequential: true}}} {
-		b.Run(mode.name, func(b *testing.B) {
-			var whole, single time.Duration
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				k, h := buildFixture(b, "hgx-h100")
-				slowGPUUnbind(k)
-				plan := planFor(b, h, allOf(host.VendorNVIDIA), ToVFIO)
-				k1, h1 := buildFixture(b, "hgx-h100")
-				slowGPUUnbind(k1)
-				one := planFor(b, h1, Selection{Devices: []host.Address{"0000:18:00.0"}, Vendor: host.VendorNVIDIA}, ToVFIO)
-				start := time.Now()
-				if r := Apply(context.Background(), h1, one, mode.opts); !r.OK() {
-					b.Fatalf("single group: %v", r.Refused)
-				}
-				single += time.Since(start)
-				b.StartTimer()
-
-				start = time.Now()
-				res := Apply(context.Background(), h, plan, mode.opts)
-				whole += time.Since(start)
-				if !res.OK() || len(res.Actions) != 12 {
-					b.Fatalf("bind: %d actions, refused %v", len(res.Actions), res.Refused)
-				}
+	testutil.ParallelVsSequential(b, "group", "bind", func(b *testing.B, sequential bool) (one, all func() error) {
+		opts := ApplyOptions{Sequential: sequential}
+		k1, h1 := buildFixture(b, "hgx-h100")
+		slowGPUUnbind(k1)
+		single := planFor(b, h1, Selection{Devices: []host.Address{"0000:18:00.0"}, Vendor: host.VendorNVIDIA}, ToVFIO)
+		k, h := buildFixture(b, "hgx-h100")
+		slowGPUUnbind(k)
+		plan := planFor(b, h, allOf(host.VendorNVIDIA), ToVFIO)
+		one = func() error {
+			if r := Apply(context.Background(), h1, single, opts); !r.OK() {
+				return fmt.Errorf("refused %v", r.Refused)
 			}
-			b.ReportMetric(float64(whole)/float64(single), "x-slowest-group")
-			b.ReportMetric(float64(whole.Milliseconds())/float64(b.N), "ms/bind")
-		})
-	}
+			return nil
+		}
+		all = func() error {
+			if r := Apply(context.Background(), h, plan, opts); !r.OK() || len(r.Actions) != 12 {
+				return fmt.Errorf("%d actions (want 12), refused %v", len(r.Actions), r.Refused)
+			}
+			return nil
+		}
+		return one, all
+	})
 }
 
 // BenchmarkStatusHGX is `vfio-manager status --output json` on the HGX

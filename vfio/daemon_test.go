@@ -56,7 +56,13 @@ type runningDaemon struct {
 
 func startDaemon(t *testing.T, h *host.Host, cfg, readyDir string) *runningDaemon {
 	t.Helper()
-	d, err := NewDaemon(DaemonOptions{Host: h, ConfigFile: cfg, ReadyDir: readyDir, Resync: time.Hour, Log: logr.Discard()})
+	return runDaemon(t, DaemonOptions{Host: h, ConfigFile: cfg, ReadyDir: readyDir, Resync: time.Hour, Log: logr.Discard()})
+}
+
+// runDaemon runs a daemon of o until stop or the end of the test.
+func runDaemon(t *testing.T, o DaemonOptions) *runningDaemon {
+	t.Helper()
+	d, err := NewDaemon(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}

@@ -70,14 +70,8 @@ func (a *testAllocs) get(context.Context) (map[string][]podresources.Holder, err
 
 func startSplitDaemon(t *testing.T, h *host.Host, decl *testDecl, alloc Allocations, resync time.Duration) *runningDaemon {
 	t.Helper()
-	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: t.TempDir(), Resync: resync, Log: logr.Discard(),
+	return runDaemon(t, DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: t.TempDir(), Resync: resync, Log: logr.Discard(),
 		VMGPUsFrom: decl.declaration(), Allocations: alloc})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}
-	go func() { rd.done <- d.Run(ctx) }()
-	t.Cleanup(cancel)
-	return rd
 }
 
 // report waits for a report that satisfies cond.

@@ -2,11 +2,13 @@ package vgpu
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // Simulated time NVIDIA's vGPU host driver takes per write: making a vGPU
@@ -53,38 +55,28 @@ vgpu-configs:
 // parallel at most 1.3).
 func BenchmarkApply8GPUs(b *testing.B) {
 	cfg := parse(b, benchConfig)
-	for _, mode := range []struct {
-		name string
-		opts ApplyOptions
-	}{{"parallel", ApplyOptions{}}, {"sequential", ApplyOptions{Sequential: true}}} {
-		b.Run(mode.name, func(b *testing.B) {
-			var whole, single time.Duration
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				k1, h1 := fixture(b, "a10x8-vgpu")
-				vgpuLatency(k1)
-				one := planOf(b, h1, cfg, "one", Options{})
-				start := time.Now()
-				if r := Apply(context.Background(), h1, one, mode.opts); !r.OK() {
-					b.Fatalf("one GPU: %v", r.Refused)
-				}
-				single += time.Since(start)
-				k, h := fixture(b, "a10x8-vgpu")
-				vgpuLatency(k)
-				plan := planOf(b, h, cfg, "all", Options{})
-				b.StartTimer()
-
-				start = time.Now()
-				res := Apply(context.Background(), h, plan, mode.opts)
-				whole += time.Since(start)
-				if !res.OK() || len(k.Writes()) != 32 {
-					b.Fatalf("apply: %d writes, refused %v", len(k.Writes()), res.Refused)
-				}
+	testutil.ParallelVsSequential(b, "gpu", "apply", func(b *testing.B, sequential bool) (one, all func() error) {
+		opts := ApplyOptions{Sequential: sequential}
+		k1, h1 := fixture(b, "a10x8-vgpu")
+		vgpuLatency(k1)
+		single := planOf(b, h1, cfg, "one", Options{})
+		k, h := fixture(b, "a10x8-vgpu")
+		vgpuLatency(k)
+		plan := planOf(b, h, cfg, "all", Options{})
+		one = func() error {
+			if r := Apply(context.Background(), h1, single, opts); !r.OK() {
+				return fmt.Errorf("refused %v", r.Refused)
 			}
-			b.ReportMetric(float64(whole)/float64(single), "x-slowest-gpu")
-			b.ReportMetric(float64(whole.Milliseconds())/float64(b.N), "ms/apply")
-		})
-	}
+			return nil
+		}
+		all = func() error {
+			if r := Apply(context.Background(), h, plan, opts); !r.OK() || len(k.Writes()) != 32 {
+				return fmt.Errorf("%d writes (want 32), refused %v", len(k.Writes()), r.Refused)
+			}
+			return nil
+		}
+		return one, all
+	})
 }
 
 // BenchmarkPlanL40S is `vgpu-device-manager plan` on two L40S with their

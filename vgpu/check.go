@@ -19,6 +19,20 @@ type usage struct {
 	allocErr error
 }
 
+// survey reads what a plan starts from: the host's NVIDIA GPUs with their
+// vGPUs and VFs, and who uses them.
+func survey(ctx context.Context, h *host.Host, o Options) ([]*GPU, *usage, error) {
+	gpus, err := Inventory(h, o.TypeNames)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := lookUsage(ctx, h, o.Allocated)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gpus, u, nil
+}
+
 // lookUsage scans the processes and asks the kubelet (when allocated is
 // set). A failing kubelet does not fail the scan: every vGPU then counts as
 // in use, since nothing can be removed safely.

@@ -34,12 +34,21 @@ type Report struct {
 	Refused []Refusal   `json:"refused"`
 }
 
+// GPUID names a GPU in a report and in the ready file.
+type GPUID struct {
+	Index   int     `json:"index"`
+	Address string  `json:"address"`
+	Device  string  `json:"device"` // vendor:device, hex
+	Backend Backend `json:"backend"`
+}
+
+func gpuID(g *GPU) GPUID {
+	return GPUID{Index: g.Index, Address: string(g.Address), Device: fmt.Sprintf("%04x:%04x", g.ID.Vendor, g.ID.Device), Backend: g.Backend}
+}
+
 // GPUReport is one GPU in a report.
 type GPUReport struct {
-	Index   int            `json:"index"`
-	Address string         `json:"address"`
-	Device  string         `json:"device"`
-	Backend Backend        `json:"backend"`
+	GPUID
 	Managed bool           `json:"managed"`
 	Want    map[string]int `json:"want"`
 	Have    map[string]int `json:"have"`
@@ -58,8 +67,7 @@ func gpuReport(g *GPU, managed bool, want, have map[string]int) GPUReport {
 	if want == nil {
 		want = map[string]int{}
 	}
-	return GPUReport{Index: g.Index, Address: string(g.Address), Device: fmt.Sprintf("%04x:%04x", g.ID.Vendor, g.ID.Device),
-		Backend: g.Backend, Managed: managed, Want: want, Have: have}
+	return GPUReport{GPUID: gpuID(g), Managed: managed, Want: want, Have: have}
 }
 
 // PlanReport renders a plan (nothing done).

@@ -106,11 +106,7 @@ func PlanConfig(ctx context.Context, h *host.Host, cfg *Config, selected string,
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := Inventory(h, o.TypeNames)
-	if err != nil {
-		return nil, err
-	}
-	u, err := lookUsage(ctx, h, o.Allocated)
+	gpus, u, err := survey(ctx, h, o)
 	if err != nil {
 		return nil, err
 	}

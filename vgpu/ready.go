@@ -39,10 +39,7 @@ type ReadyReport struct {
 
 // ReadyGPU is one GPU's vGPUs in the ready file.
 type ReadyGPU struct {
-	Index   int               `json:"index"`
-	Address string            `json:"address"`
-	Device  string            `json:"device"`
-	Backend Backend           `json:"backend"`
+	GPUID
 	VGPUs   map[string]int    `json:"vgpus"`
 	TypeIDs map[string]string `json:"typeIds,omitempty"`
 }
@@ -50,8 +47,7 @@ type ReadyGPU struct {
 func readyGPUs(gpus []*GPU) []ReadyGPU {
 	out := []ReadyGPU{}
 	for _, g := range gpus {
-		r := gpuReport(g, false, nil, g.counts())
-		rg := ReadyGPU{Index: r.Index, Address: r.Address, Device: r.Device, Backend: r.Backend, VGPUs: r.Have}
+		rg := ReadyGPU{GPUID: gpuID(g), VGPUs: g.counts()}
 		for _, v := range g.VGPUs {
 			if g.Backend == BackendVendorVFIO && v.TypeID != "" && v.Type != "" {
 				if rg.TypeIDs == nil {

@@ -20,11 +20,7 @@ import (
 // refused whole and left exactly as it is, with the reasons; the others
 // proceed. Computing the plan changes nothing.
 func PlanRelease(ctx context.Context, h *host.Host, o Options) (*Plan, error) {
-	gpus, err := Inventory(h, o.TypeNames)
-	if err != nil {
-		return nil, err
-	}
-	u, err := lookUsage(ctx, h, o.Allocated)
+	gpus, u, err := survey(ctx, h, o)
 	if err != nil {
 		return nil, err
 	}

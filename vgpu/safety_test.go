@@ -162,21 +162,10 @@ func TestAllocatedVGPUIsInUse(t *testing.T) {
 // TestHeldVFNeverLosesItsVGPU: vendor-specific VFIO: a VM holding a VF's
 // /dev/vfio group keeps its vGPU: no current_vgpu_type 0 is written.
 func TestHeldVFNeverLosesItsVGPU(t *testing.T) {
-	cfg := parse(t, testConfig)
-	k, h := fixture(t, "l40s-vgpu")
-	require.True(t, apply(t, h, cfg, "default", Options{}, ApplyOptions{}).OK())
-	f, err := h.ReadFunction("0000:41:00.5")
-	require.NoError(t, err)
-	require.NoError(t, k.HoldOpen(5002, "qemu-kvm", "vfio/"+strconv.Itoa(f.IOMMUGroup)))
-	k.ResetWrites()
+	k, h, cfg, group := heldL40SVF(t)
 	res := apply(t, h, cfg, "none", Options{}, ApplyOptions{})
-	require.Len(t, res.Refused, 1)
-	assert.Contains(t, res.Refused[0].Reason, "in use: ")
-	assert.Contains(t, res.Refused[0].Reason, "vfio/"+strconv.Itoa(f.IOMMUGroup))
-	for _, w := range removingWrites(k) {
-		assert.NotContains(t, w, "0000:41:", "no removing write on the held GPU")
-	}
-	assert.Equal(t, map[string]int{"L40S-24Q": 2}, countsOf(t, h)["0000:41:00.0"])
+	requireHeldGPUUntouched(t, k, h, res)
+	assert.Contains(t, res.Refused[0].Reason, "vfio/"+strconv.Itoa(group))
 	assert.Equal(t, map[string]int{}, countsOf(t, h)["0000:c1:00.0"])
 	assert.Empty(t, k.Violations())
 }
@@ -242,4 +231,31 @@ func TestDeviceFDOnlyHolderIsSeen(t *testing.T) {
 	k.ReleaseDeviceFD(node)
 	assert.True(t, apply(t, h, cfg, "small", Options{}, ApplyOptions{}).OK(), "released: the change goes through")
 	assert.Empty(t, k.Violations())
+}
+
+// heldL40SVF applies testConfig's default on the l40s-vgpu host and has a
+// VM (pid 5002) hold the /dev/vfio group of VF 0000:41:00.5, which has a
+// vGPU; the writes are reset. It returns the VF's IOMMU group.
+func heldL40SVF(t *testing.T) (*hostsim.Kernel, *host.Host, *Config, int) {
+	t.Helper()
+	cfg := parse(t, testConfig)
+	k, h := fixture(t, "l40s-vgpu")
+	require.True(t, apply(t, h, cfg, "default", Options{}, ApplyOptions{}).OK())
+	f, err := h.ReadFunction("0000:41:00.5")
+	require.NoError(t, err)
+	require.NoError(t, k.HoldOpen(5002, "qemu-kvm", "vfio/"+strconv.Itoa(f.IOMMUGroup)))
+	k.ResetWrites()
+	return k, h, cfg, f.IOMMUGroup
+}
+
+// requireHeldGPUUntouched: the one refusal is an in-use one, no removing
+// write touched the held GPU 0000:41:00.0, and its two vGPUs stay.
+func requireHeldGPUUntouched(t *testing.T, k *hostsim.Kernel, h *host.Host, res *Result) {
+	t.Helper()
+	require.Len(t, res.Refused, 1)
+	assert.Contains(t, res.Refused[0].Reason, "in use: ")
+	for _, w := range removingWrites(k) {
+		assert.NotContains(t, w, "0000:41:", "no removing write on the held GPU")
+	}
+	assert.Equal(t, map[string]int{"L40S-24Q": 2}, countsOf(t, h)["0000:41:00.0"])
 }

@@ -287,8 +287,8 @@ func (n *vgpuNode) writeReady(t *testing.T, c vgpuCase, file string) {
 	t.Helper()
 	r := vgpu.ReadyReport{Config: c.config, State: vgpu.StateSuccess, GPUs: []vgpu.ReadyGPU{}, Refused: []vgpu.Refusal{}}
 	for _, g := range n.res.GPUs {
-		rg := vgpu.ReadyGPU{Index: g.GPU.Index, Address: string(g.GPU.Address), Backend: g.GPU.Backend, VGPUs: g.Have,
-			Device: fmt.Sprintf("%04x:%04x", g.GPU.ID.Vendor, g.GPU.ID.Device)}
+		rg := vgpu.ReadyGPU{VGPUs: g.Have, GPUID: vgpu.GPUID{Index: g.GPU.Index, Address: string(g.GPU.Address), Backend: g.GPU.Backend,
+			Device: fmt.Sprintf("%04x:%04x", g.GPU.ID.Vendor, g.GPU.ID.Device)}}
 		for _, v := range g.GPU.VGPUs {
 			if g.GPU.Backend == vgpu.BackendVendorVFIO && v.TypeID != "" && v.Type != "" {
 				if rg.TypeIDs == nil {

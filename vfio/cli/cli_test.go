@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 )
@@ -25,16 +26,27 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
 	o := shell.IO{Stdout: &out, Stderr: &errb}
 	if i := slices.Index(args, "--simulate"); i >= 0 {
-		fx, err := hostsim.Lookup(args[i+1])
-		require.NoError(t, err)
-		k, err := fx.Build(t.TempDir())
-		require.NoError(t, err)
-		opts := k.Options()
+		opts := simulated(t, args[i+1]).Options()
 		o.Host = &opts
 		args = slices.Delete(slices.Clone(args), i, i+2)
 	}
 	code = shell.Run(context.Background(), Program(), args, o)
 	return code, out.String(), errb.String()
+}
+
+// simulated builds the named simulated host in a temporary folder.
+func simulated(t *testing.T, fixture string) *hostsim.Kernel {
+	t.Helper()
+	fx, err := hostsim.Lookup(fixture)
+	require.NoError(t, err)
+	k, err := fx.Build(t.TempDir())
+	require.NoError(t, err)
+	return k
+}
+
+// rootFlags are the flags that point vfio-manager at the roots of opts.
+func rootFlags(opts host.Options) []string {
+	return []string{"--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot, "--proc-root", opts.ProcRoot, "--modules-dir", opts.ModulesDir}
 }
 
 func TestHelpExitsZero(t *testing.T) {
@@ -176,13 +188,8 @@ func TestTableOutput(t *testing.T) {
 // TestRootFlagsAreHonoured points the roots at a simulated tree by flag:
 // status reads only from there.
 func TestRootFlagsAreHonoured(t *testing.T) {
-	fx, err := hostsim.Lookup("gh200")
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
-	opts := k.Options()
-	code, out, stderr := runCLI(t, "plan", "--all", "--output", "json",
-		"--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot, "--proc-root", opts.ProcRoot, "--modules-dir", opts.ModulesDir)
+	opts := simulated(t, "gh200").Options()
+	code, out, stderr := runCLI(t, append([]string{"plan", "--all", "--output", "json"}, rootFlags(opts)...)...)
 	require.Equal(t, 0, code, stderr)
 	var c change
 	require.NoError(t, json.Unmarshal([]byte(out), &c))
@@ -202,14 +209,10 @@ func TestRootFlagsAreHonoured(t *testing.T) {
 // TestNoModprobeUnderOtherRoots: with roots other than the running
 // kernel's, a missing vfio-pci is refused, never loaded into this kernel.
 func TestNoModprobeUnderOtherRoots(t *testing.T) {
-	fx, err := hostsim.Lookup("a10")
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
+	k := simulated(t, "a10")
 	opts := k.Options()
 	require.NoError(t, os.RemoveAll(filepath.Join(opts.SysfsRoot, "bus", "pci", "drivers", "vfio-pci")))
-	code, out, stderr := runCLI(t, "bind", "--all", "--output", "json",
-		"--sysfs-root", opts.SysfsRoot, "--dev-root", opts.DevRoot, "--proc-root", opts.ProcRoot, "--modules-dir", opts.ModulesDir)
+	code, out, stderr := runCLI(t, append([]string{"bind", "--all", "--output", "json"}, rootFlags(opts)...)...)
 	require.Equal(t, 2, code, stderr)
 	var c change
 	require.NoError(t, json.Unmarshal([]byte(out), &c))

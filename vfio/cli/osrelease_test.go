@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 )
 
@@ -21,10 +20,7 @@ import (
 // modules.alias to find the GH200's nvgrace_gpu_vfio_pci) and a logged
 // warning; with osrelease present the variant driver is found.
 func TestMissingOSReleaseDegradesToVFIOPCI(t *testing.T) {
-	fx, err := hostsim.Lookup("gh200")
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
+	k := simulated(t, "gh200")
 	opts := k.Options()
 	run := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer

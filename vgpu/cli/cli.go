@@ -87,25 +87,35 @@ func (c *common) node() string {
 	return h
 }
 
-// allocated asks the kubelet which vGPUs pods hold. The default socket
-// missing means no kubelet runs here (a host-side run): only open device
-// nodes count then. A socket given explicitly must exist.
-func (c *common) allocated(env *shell.Env) (vgpu.Allocated, func(), error) {
+// node is what a command works on: the host, and who holds its vGPUs.
+type node struct {
+	host      *host.Host
+	allocated vgpu.Allocated // nil: only processes holding a vGPU count
+	close     func()
+}
+
+// open opens the host under the roots env was given and asks the kubelet
+// which vGPUs pods hold. The default socket missing means no kubelet runs
+// here (a host-side run): only open device nodes count then. A socket given
+// explicitly must exist. close releases the kubelet connection.
+func (c *common) open(env *shell.Env) (*node, error) {
+	n := &node{host: host.New(env.HostOptions()), close: func() {}}
 	socket := c.podResources.path
 	if socket == "" {
-		return nil, func() {}, nil
+		return n, nil
 	}
 	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) && !c.podResources.set {
 		env.Log.Info("No kubelet PodResources socket: only processes holding a vGPU count as its users", "socket", socket)
-		return nil, func() {}, nil
+		return n, nil
 	} else if err != nil {
-		return nil, nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
+		return nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
 	}
 	client, err := podresources.New(socket, time.Second)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return vgpu.PodResourcesAllocated{Pods: client}, func() { _ = client.Close() }, nil
+	n.allocated, n.close = vgpu.PodResourcesAllocated{Pods: client}, func() { _ = client.Close() }
+	return n, nil
 }
 
 func onceCommand(name, summary string) *shell.Command {
@@ -132,13 +142,13 @@ func onceCommand(name, summary string) *shell.Command {
 			if err != nil {
 				return err
 			}
-			alloc, done, err := c.allocated(env)
+			n, err := c.open(env)
 			if err != nil {
 				return err
 			}
-			defer done()
-			h := host.New(env.HostOptions())
-			plan, err := vgpu.PlanConfig(ctx, h, cfg, selected, vgpu.Options{NodeName: c.node(), Allocated: alloc})
+			defer n.close()
+			h := n.host
+			plan, err := vgpu.PlanConfig(ctx, h, cfg, selected, vgpu.Options{NodeName: c.node(), Allocated: n.allocated})
 			if err != nil {
 				return err
 			}
@@ -201,18 +211,18 @@ func runCommand() *shell.Command {
 			case !release && c.config == "":
 				return shell.Usagef("run: --config FILE is required (the vGPU config the node's label selects from)")
 			}
+			n, err := c.open(env)
+			if err != nil {
+				return err
+			}
+			defer n.close()
 			cs, err := kubeclient.Clientset(kubeconfig)
 			if err != nil {
 				return err
 			}
-			alloc, done, err := c.allocated(env)
-			if err != nil {
-				return err
-			}
-			defer done()
 			st := newStatus(env)
 			return vgpu.Run(ctx, vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
-				Host: host.New(env.HostOptions()), RunDir: c.runDir, Allocated: alloc, Resync: resync, Retry: retry, Log: env.Log,
+				Host: n.host, RunDir: c.runDir, Allocated: n.allocated, Resync: resync, Retry: retry, Log: env.Log,
 				Observe: st.observe, Release: release, LockFile: filepath.Join(c.runDir, names.VGPULockFile)})
 		}}
 }
