@@ -85,26 +85,26 @@ func trimHexPrefix(s string) string {
 // ParseID parses a PCI vendor or device id such as "10de", "0x10DE" or
 // "0x10de\n" (as sysfs writes it).
 func ParseID(s string) (uint16, error) {
-	t := trimHexPrefix(strings.TrimSpace(s))
-	if len(t) == 0 || len(t) > 4 || !isHex(t) {
-		return 0, fmt.Errorf("invalid PCI id %q: want up to 4 hex digits", s)
-	}
-	v, err := strconv.ParseUint(t, 16, 16)
-	if err != nil {
-		return 0, fmt.Errorf("invalid PCI id %q: %w", s, err)
-	}
-	return uint16(v), nil
+	v, err := parseHexValue(s, "PCI id", 4)
+	return uint16(v), err
 }
 
 // ParseClass parses a sysfs class value such as "0x030200".
 func ParseClass(s string) (uint32, error) {
+	v, err := parseHexValue(s, "PCI class", 6)
+	return uint32(v), err
+}
+
+// parseHexValue parses 1 to digits hex digits, with or without one 0x
+// prefix and surrounding white space, naming what in its error.
+func parseHexValue(s, what string, digits int) (uint64, error) {
 	t := trimHexPrefix(strings.TrimSpace(s))
-	if len(t) == 0 || len(t) > 6 || !isHex(t) {
-		return 0, fmt.Errorf("invalid PCI class %q: want up to 6 hex digits", s)
+	if len(t) == 0 || len(t) > digits || !isHex(t) {
+		return 0, fmt.Errorf("invalid %s %q: want up to %d hex digits", what, s, digits)
 	}
-	v, err := strconv.ParseUint(t, 16, 32)
+	v, err := strconv.ParseUint(t, 16, 4*digits)
 	if err != nil {
-		return 0, fmt.Errorf("invalid PCI class %q: %w", s, err)
+		return 0, fmt.Errorf("invalid %s %q: %w", what, s, err)
 	}
-	return uint32(v), nil
+	return v, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // funcDir is the real directory of a function (what the bus link points to).
@@ -54,7 +55,7 @@ func TestScanMalformedAttributes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.attr, func(t *testing.T) {
 			_, h := hostsim.NewHost(t, "a10")
-			writeFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), c.attr), c.content)
+			testutil.WriteFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), c.attr), c.content)
 			err := scanErr(t, h)
 			assert.Contains(t, err.Error(), filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0", c.attr))
 		})
@@ -63,7 +64,7 @@ func TestScanMalformedAttributes(t *testing.T) {
 
 func TestScanNumberErrorsWrap(t *testing.T) {
 	_, h := hostsim.NewHost(t, "a10")
-	writeFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), "numa_node"), "x\n")
+	testutil.WriteFile(t, filepath.Join(funcDir(t, h, "0000:3b:00.0"), "numa_node"), "x\n")
 	err := scanErr(t, h)
 	assert.True(t, errors.Is(err, strconv.ErrSyntax), "%v", err)
 }
@@ -77,6 +78,24 @@ func TestScanMalformedIOMMUGroupLink(t *testing.T) {
 			require.NoError(t, os.Symlink(target, link))
 			err := scanErr(t, h)
 			assert.Contains(t, err.Error(), filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0", "iommu_group"))
+			assert.Contains(t, err.Error(), filepath.Base(target))
+		})
+	}
+}
+
+// An mdev's iommu_group link is read as strictly as a function's.
+func TestMdevMalformedIOMMUGroupLink(t *testing.T) {
+	const uuid = "5e1a0000-0000-4000-8000-000000000001"
+	for _, target := range []string{"../../../kernel/iommu_groups/abc", "../../../kernel/iommu_groups/+5"} {
+		t.Run(target, func(t *testing.T) {
+			k, h := hostsim.NewHost(t, "a10")
+			require.NoError(t, k.AddMdev("0000:3b:00.0", uuid, "nvidia-558", "NVIDIA A10-4Q", 100))
+			dir := filepath.Join(h.SysfsRoot(), "bus", "mdev", "devices", uuid)
+			require.NoError(t, os.Remove(filepath.Join(dir, "iommu_group")))
+			require.NoError(t, os.Symlink(target, filepath.Join(dir, "iommu_group")))
+			_, err := h.Mdevs()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), filepath.Join(dir, "iommu_group"))
 			assert.Contains(t, err.Error(), filepath.Base(target))
 		})
 	}
@@ -121,8 +140,8 @@ func TestScanSkipsVanishedFunction(t *testing.T) {
 func TestScanSRIOVLinks(t *testing.T) {
 	k, h := hostsim.NewHost(t, "a10")
 	dir := funcDir(t, h, "0000:3b:00.0")
-	writeFile(t, filepath.Join(dir, "sriov_totalvfs"), "16\n")
-	writeFile(t, filepath.Join(dir, "sriov_numvfs"), "2\n")
+	testutil.WriteFile(t, filepath.Join(dir, "sriov_totalvfs"), "16\n")
+	testutil.WriteFile(t, filepath.Join(dir, "sriov_numvfs"), "2\n")
 	require.NoError(t, os.Symlink("../0000:3b:00.5", filepath.Join(dir, "virtfn1")))
 	require.NoError(t, os.Symlink("../0000:3b:00.4", filepath.Join(dir, "virtfn0")))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "vfio-dev", "vfio3"), 0o755))
@@ -147,7 +166,7 @@ func TestScanUnsafeNoIOMMU(t *testing.T) {
 			_, h := hostsim.NewHost(t, name)
 			p := filepath.Join(h.SysfsRoot(), "module", "vfio", "parameters", "enable_unsafe_noiommu_mode")
 			assert.False(t, scan(t, h).IOMMU.UnsafeNoIOMMU)
-			writeFile(t, p, "Y\n")
+			testutil.WriteFile(t, p, "Y\n")
 			s := scan(t, h)
 			assert.True(t, s.IOMMU.UnsafeNoIOMMU)
 			assert.Equal(t, name == "a10", s.IOMMU.Enabled, "no-IOMMU mode does not turn the IOMMU on")
@@ -161,7 +180,7 @@ func TestScanIOMMUFromGroups(t *testing.T) {
 	_, h := hostsim.NewHost(t, "a10")
 	require.NoError(t, os.RemoveAll(filepath.Join(h.SysfsRoot(), "class", "iommu", "dmar0")))
 	assert.True(t, scan(t, h).IOMMU.Enabled)
-	writeFile(t, filepath.Join(h.SysfsRoot(), "module", "vfio", "parameters", "enable_unsafe_noiommu_mode"), "Y\n")
+	testutil.WriteFile(t, filepath.Join(h.SysfsRoot(), "module", "vfio", "parameters", "enable_unsafe_noiommu_mode"), "Y\n")
 	assert.False(t, scan(t, h).IOMMU.Enabled)
 }
 
@@ -242,7 +261,7 @@ func (downLinks) LinkUp(string) (bool, error) { return false, nil }
 
 func TestOSWriter(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "driver_override")
-	writeFile(t, p, "(null)\n")
+	testutil.WriteFile(t, p, "(null)\n")
 	require.NoError(t, host.OSWriter{}.WriteFile(p, []byte("vfio")))
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)

@@ -2,9 +2,7 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,13 +177,9 @@ func (h *Host) DriverStateOf(driver, module string) (DriverState, error) {
 	}
 	want := normalizeModule(module)
 	for _, name := range []string{"modules.dep", "modules.builtin"} {
-		p := filepath.Join(dir, name)
-		b, err := os.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		b, _, err := readIfExists(filepath.Join(dir, name))
 		if err != nil {
-			return st, fmt.Errorf("read %s: %w", p, err)
+			return st, err
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			file, _, _ := strings.Cut(line, ":")

@@ -114,14 +114,8 @@ func readFunction(dir string, addr Address) (*Function, error) {
 	if override != "(null)" {
 		f.DriverOverride = override
 	}
-	group, err := linkBase(filepath.Join(dir, "iommu_group"))
-	if err != nil {
+	if f.IOMMUGroup, err = readOptionalLink(dir, "iommu_group", NoGroup, parseGroup); err != nil {
 		return nil, err
-	}
-	if group != "" {
-		if f.IOMMUGroup, err = parseGroup(group); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "iommu_group"), err)
-		}
 	}
 	if f.NUMANode, err = readOptionalInt(dir, "numa_node", -1); err != nil {
 		return nil, err
@@ -135,14 +129,8 @@ func readFunction(dir string, addr Address) (*Function, error) {
 	if f.SRIOVNumVFs, err = readOptionalInt(dir, "sriov_numvfs", 0); err != nil {
 		return nil, err
 	}
-	phys, err := linkBase(filepath.Join(dir, "physfn"))
-	if err != nil {
+	if f.PhysFn, err = readOptionalLink(dir, "physfn", "", ParseAddress); err != nil {
 		return nil, err
-	}
-	if phys != "" {
-		if f.PhysFn, err = ParseAddress(phys); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "physfn"), err)
-		}
 	}
 	if err := f.readChildren(dir); err != nil {
 		return nil, err
@@ -264,6 +252,34 @@ func linkBase(p string) (string, error) {
 		return "", fmt.Errorf("read link %s: %w", p, err)
 	}
 	return filepath.Base(target), nil
+}
+
+// readOptionalLink parses the last element of the target of link name in
+// dir, def when there is no such link; a parse error names the link.
+func readOptionalLink[T any](dir, name string, def T, parse func(string) (T, error)) (T, error) {
+	p := filepath.Join(dir, name)
+	base, err := linkBase(p)
+	if err != nil || base == "" {
+		return def, err
+	}
+	v, err := parse(base)
+	if err != nil {
+		return def, fmt.Errorf("%s: %w", p, err)
+	}
+	return v, nil
+}
+
+// readIfExists reads file p; exists is false, with no error, when there is
+// no such file. Other errors name p.
+func readIfExists(p string) (data []byte, exists bool, err error) {
+	data, err = os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", p, err)
+	}
+	return data, true, nil
 }
 
 // dirNames lists a directory's entry names, nil when it does not exist.

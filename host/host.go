@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -280,15 +281,11 @@ func (h *Host) Aliases() ([]Alias, error) {
 	var all []Alias
 	for _, name := range []string{"modules.alias", "modules.builtin.alias"} {
 		p := filepath.Join(dir, name)
-		f, err := os.Open(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		b, _, err := readIfExists(p)
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", p, err)
+			return nil, err
 		}
-		as, err := ParseAliases(f)
-		f.Close()
+		as, err := ParseAliases(bytes.NewReader(b))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}

@@ -68,16 +68,8 @@ func readMdev(dir, uuid string) (Mdev, error) {
 	if m.VFIODevices, err = dirNames(filepath.Join(dir, "vfio-dev")); err != nil {
 		return m, err
 	}
-	group, err := linkBase(filepath.Join(dir, "iommu_group"))
-	if err != nil {
+	if m.IOMMUGroup, err = readOptionalLink(dir, "iommu_group", NoGroup, parseGroup); err != nil {
 		return m, err
-	}
-	if group != "" {
-		g, err := strconv.Atoi(group)
-		if err != nil || g < 0 {
-			return m, fmt.Errorf("%s: invalid IOMMU group %q", filepath.Join(dir, "iommu_group"), group)
-		}
-		m.IOMMUGroup = g
 	}
 	return m, nil
 }

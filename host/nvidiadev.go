@@ -3,7 +3,6 @@ package host
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -56,12 +55,9 @@ func (h *Host) DevNode(name string) (DevNode, error) {
 // name ("nvidia-uvm": 508). A missing file gives none.
 func (h *Host) CharMajors() (map[string]int64, error) {
 	p := filepath.Join(h.proc, "devices")
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]int64{}, nil
-	}
+	data, _, err := readIfExists(p)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, err
 	}
 	majors := map[string]int64{}
 	inChar := false
@@ -99,13 +95,12 @@ type MIGCaps struct {
 // looked up in its access file.
 func (h *Host) MIGCaps() (*MIGCaps, error) {
 	c := &MIGCaps{proc: h.proc}
-	p := filepath.Join(h.proc, "driver", "nvidia-caps", "mig-minors")
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return c, nil
-	}
+	data, exists, err := readIfExists(filepath.Join(h.proc, "driver", "nvidia-caps", "mig-minors"))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
+		return nil, err
+	}
+	if !exists {
+		return c, nil
 	}
 	c.minors = map[string]int64{}
 	for line := range strings.Lines(string(data)) {

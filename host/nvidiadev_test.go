@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // nvidiaTree is a fake dev and proc root under a test folder.
@@ -28,16 +29,12 @@ func (n *nvidiaTree) host() *host.Host {
 
 func (n *nvidiaTree) write(root, rel, content string) {
 	n.t.Helper()
-	p := filepath.Join(root, rel)
-	require.NoError(n.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(n.t, os.WriteFile(p, []byte(content), 0o644))
+	testutil.WriteFile(n.t, filepath.Join(root, rel), content)
 }
 
 func (n *nvidiaTree) link(root, rel, target string) {
 	n.t.Helper()
-	p := filepath.Join(root, rel)
-	require.NoError(n.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(n.t, os.Symlink(target, p))
+	testutil.Symlink(n.t, target, filepath.Join(root, rel))
 }
 
 func TestDevNode(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 func scan(t *testing.T, h *host.Host) *host.Snapshot {
@@ -205,13 +206,13 @@ func TestAliasesAndModulesDir(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, as)
 
-	writeFile(t, filepath.Join(o.ModulesDir, "modules.alias"), "alias pci:v*\n")
+	testutil.WriteFile(t, filepath.Join(o.ModulesDir, "modules.alias"), "alias pci:v*\n")
 	_, err = host.New(o).Aliases()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join(o.ModulesDir, "modules.alias"))
 	assert.Contains(t, err.Error(), "line 1")
 
-	writeFile(t, filepath.Join(k.Root(), "proc", "sys", "kernel", "osrelease"), "../../etc\n")
+	testutil.WriteFile(t, filepath.Join(k.Root(), "proc", "sys", "kernel", "osrelease"), "../../etc\n")
 	o.ModulesDir = ""
 	_, err = host.New(o).ModulesDir()
 	require.Error(t, err)

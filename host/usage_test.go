@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 func inUse(t *testing.T, h *host.Host, s *host.Snapshot, addr string) []string {
@@ -107,10 +108,10 @@ func TestInUseIgnoresEscapingDevName(t *testing.T) {
 	k, h := hostsim.NewHost(t, "a10")
 	dir, err := filepath.EvalSymlinks(filepath.Join(h.SysfsRoot(), "bus", "pci", "devices", "0000:3b:00.0"))
 	require.NoError(t, err)
-	writeFile(t, filepath.Join(dir, "evil", "uevent"), "DEVNAME=../../etc/passwd\n")
-	writeFile(t, filepath.Join(dir, "abs", "uevent"), "DEVNAME=/etc/shadow\n")
+	testutil.WriteFile(t, filepath.Join(dir, "evil", "uevent"), "DEVNAME=../../etc/passwd\n")
+	testutil.WriteFile(t, filepath.Join(dir, "abs", "uevent"), "DEVNAME=/etc/shadow\n")
 	passwd := filepath.Join(k.Root(), "etc", "passwd")
-	writeFile(t, passwd, "")
+	testutil.WriteFile(t, passwd, "")
 	require.NoError(t, os.MkdirAll(filepath.Join(k.Root(), "proc", "99", "fd"), 0o755))
 	require.NoError(t, os.Symlink(passwd, filepath.Join(k.Root(), "proc", "99", "fd", "3")))
 	for _, r := range inUse(t, h, scan(t, h), "0000:3b:00.0") {
@@ -121,7 +122,7 @@ func TestInUseIgnoresEscapingDevName(t *testing.T) {
 
 func TestScanUsageSkipsOddEntries(t *testing.T) {
 	root := t.TempDir()
-	writeFile(t, filepath.Join(root, "self"), "")
+	testutil.WriteFile(t, filepath.Join(root, "self"), "")
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "0", "fd"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "10", "fd"), 0o755))
 	require.NoError(t, os.Symlink("socket:[1234]", filepath.Join(root, "10", "fd", "3")))
@@ -143,12 +144,6 @@ func mustUsage(t *testing.T, h *host.Host) *host.Usage {
 	u, err := h.ScanUsage()
 	require.NoError(t, err)
 	return u
-}
-
-func writeFile(t *testing.T, p, content string) {
-	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 }
 
 // unbindCurrent unbinds a function from the driver it is on now.

@@ -1,11 +1,13 @@
-package host
+package host_test
 
 import (
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 )
 
 // FuzzParseVGPUTypes: any creatable_vgpu_types text parses or fails naming
@@ -20,29 +22,22 @@ func FuzzParseVGPUTypes(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		m, err := ParseVGPUTypes(text)
+		m, err := host.ParseVGPUTypes(text)
 		if err != nil {
 			if m != nil || !strings.Contains(err.Error(), "line ") {
 				t.Fatalf("error without a line, or with a result %v: %v", m, err)
 			}
 			return
 		}
-		ids := make([]int, 0, len(m))
 		for id, name := range m {
 			if id <= 0 || name != strings.TrimSpace(name) || strings.ContainsAny(name, "\n\r") {
 				t.Fatalf("%q gave type %d named %q", text, id, name)
 			}
-			ids = append(ids, id)
 		}
-		sort.Ints(ids)
-		var b strings.Builder
-		b.WriteString("ID    : vGPU Name\n")
-		for _, id := range ids {
-			fmt.Fprintf(&b, "%-5d : %s\n", id, m[id])
-		}
-		again, err := ParseVGPUTypes(b.String())
+		written := hostsim.FormatVGPUTypes(m)
+		again, err := host.ParseVGPUTypes(written)
 		if err != nil || !reflect.DeepEqual(again, m) {
-			t.Fatalf("%q gave %v; written back as %q it gives %v, %v", text, m, b.String(), again, err)
+			t.Fatalf("%q gave %v; written back as %q it gives %v, %v", text, m, written, again, err)
 		}
 	})
 }
@@ -58,15 +53,15 @@ func FuzzParseMdevDescription(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, desc string) {
-		n, fb := ParseMdevDescription(desc)
+		n, fb := host.ParseMdevDescription(desc)
 		if n < 0 || fb < 0 {
 			t.Fatalf("%q gave %d instances, %d MB", desc, n, fb)
 		}
-		n2, fb2 := ParseMdevDescription(fmt.Sprintf("framebuffer=%dM, max_instance=%d", fb, n))
+		n2, fb2 := host.ParseMdevDescription(fmt.Sprintf("framebuffer=%dM, max_instance=%d", fb, n))
 		if n2 != n || fb2 != fb {
 			t.Fatalf("%q gave %d, %d; written back %d, %d", desc, n, fb, n2, fb2)
 		}
-		if n3, fb3 := ParseMdevDescription("num_heads=4, " + desc + ", frl_config=60"); n3 != n || fb3 != fb {
+		if n3, fb3 := host.ParseMdevDescription("num_heads=4, " + desc + ", frl_config=60"); n3 != n || fb3 != fb {
 			t.Fatalf("%q gave %d, %d; among other fields %d, %d", desc, n, fb, n3, fb3)
 		}
 	})
@@ -75,7 +70,7 @@ func FuzzParseMdevDescription(f *testing.F) {
 // TestParseVGPUTypesLongLine: a line over the scanner's limit fails naming
 // it, with no partial result.
 func TestParseVGPUTypesLongLine(t *testing.T) {
-	m, err := ParseVGPUTypes("ID : vGPU Name\n1 : a\n2 : " + strings.Repeat("x", 70000) + "\n")
+	m, err := host.ParseVGPUTypes("ID : vGPU Name\n1 : a\n2 : " + strings.Repeat("x", 70000) + "\n")
 	if err == nil || m != nil || !strings.Contains(err.Error(), "line 3") {
 		t.Fatalf("got %v, %v", m, err)
 	}

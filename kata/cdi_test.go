@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 )
@@ -127,12 +128,20 @@ func TestCDISpecPerModelAndCustomKinds(t *testing.T) {
 	assert.NotNil(t, cache.GetDevice("example.com/gpu=20"))
 }
 
-func TestCDIWriteOnlyOnChange(t *testing.T) {
+// writtenHGX puts an HGX H100's GPUs and NVSwitches on vfio and writes
+// their specs once into a fresh folder (the writer's Dir).
+func writtenHGX(t *testing.T) (*host.Host, *Scanner, *CDIWriter) {
+	t.Helper()
 	_, h := onVFIO(t, "hgx-h100")
 	s := &Scanner{Host: h}
-	dir := t.TempDir()
-	w := &CDIWriter{Dir: dir}
+	w := &CDIWriter{Dir: t.TempDir()}
 	require.NoError(t, w.Write(scanAll(t, s)))
+	return h, s, w
+}
+
+func TestCDIWriteOnlyOnChange(t *testing.T) {
+	h, s, w := writtenHGX(t)
+	dir := w.Dir
 	gpuSpec, swSpec := specPath(dir, DefaultResource), specPath(dir, DefaultNVSwitchResource)
 	gpu1, sw1 := mustStat(t, gpuSpec), mustStat(t, swSpec)
 
@@ -159,11 +168,8 @@ func TestCDIWriteOnlyOnChange(t *testing.T) {
 }
 
 func TestCDIRemovesSpecsOfVanishedResources(t *testing.T) {
-	_, h := onVFIO(t, "hgx-h100")
-	s := &Scanner{Host: h}
-	dir := t.TempDir()
-	w := &CDIWriter{Dir: dir}
-	require.NoError(t, w.Write(scanAll(t, s)))
+	h, s, w := writtenHGX(t)
+	dir := w.Dir
 	require.FileExists(t, specPath(dir, DefaultNVSwitchResource))
 
 	toHost(t, h, hgxSwitches...)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
@@ -83,11 +84,7 @@ func device(t testing.TB, r deviceplugin.Resource, id string) deviceplugin.Devic
 }
 
 func hostPaths(d deviceplugin.Device) []string {
-	var out []string
-	for _, s := range d.Specs {
-		out = append(out, s.HostPath)
-	}
-	return out
+	return testutil.Map(d.Specs, func(s *pluginapi.DeviceSpec) string { return s.HostPath })
 }
 
 // dirEntries lists a folder's file names, sorted.

@@ -11,6 +11,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
@@ -35,11 +36,7 @@ func only(t *testing.T, res map[string]deviceplugin.Resource) deviceplugin.Resou
 }
 
 func deviceIDs(r deviceplugin.Resource) []string {
-	var out []string
-	for _, d := range r.Devices {
-		out = append(out, d.ID)
-	}
-	return out
+	return testutil.Map(r.Devices, func(d deviceplugin.Device) string { return d.ID })
 }
 
 // TestMixedNodeAdvertisesOnlyVMGPUs: on an HGX H100 split 3 for VMs and 5

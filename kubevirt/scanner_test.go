@@ -8,10 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
@@ -38,11 +40,7 @@ func scan(t testing.TB, h *host.Host, pciIDs string) (*Scanner, map[string]devic
 }
 
 func hostPaths(d deviceplugin.Device) []string {
-	var out []string
-	for _, s := range d.Specs {
-		out = append(out, s.HostPath)
-	}
-	return out
+	return testutil.Map(d.Specs, func(s *pluginapi.DeviceSpec) string { return s.HostPath })
 }
 
 func TestPassthroughGPUs(t *testing.T) {

@@ -98,6 +98,17 @@ func ctr(name string, env []string, devices ...string) *api.Container {
 	return c
 }
 
+// gpuResolver resolves nvidia.com/gpu over a fresh CDI folder holding a
+// spec of n stand-in GPUs.
+func gpuResolver(t *testing.T, n int) *Resolver {
+	t.Helper()
+	dir := t.TempDir()
+	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(n, false))
+	res, err := NewResolver("nvidia.com/gpu", []string{dir})
+	require.NoError(t, err)
+	return res
+}
+
 // hostDevice gives stand-in numbers: /dev/nvidiaN is 195:N, nvidiactl
 // 195:255, anything else 10:<length>.
 func hostDevice(path string) *api.LinuxDevice {
@@ -441,10 +452,7 @@ func TestTables(t *testing.T) {
 // the nodes) besides the deny rules, and annotations asking a runtime for
 // our kind are removed.
 func TestAdjustmentRemovesNodesAndAnnotations(t *testing.T) {
-	dir := t.TempDir()
-	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(3, false))
-	res, err := NewResolver("nvidia.com/gpu", []string{dir})
-	require.NoError(t, err)
+	res := gpuResolver(t, 3)
 	pods := &staticPods{m: map[string]PodAllocations{"ml/a": {"main": {"nvidia.com/gpu": {"0"}}}}}
 	p, err := New(Options{FailOpen: true}, res, pods, nil)
 	require.NoError(t, err)
@@ -470,13 +478,10 @@ func TestAdjustmentRemovesNodesAndAnnotations(t *testing.T) {
 }
 
 func TestInitContainersFromTheKubeletCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(3, false))
-	res, err := NewResolver("nvidia.com/gpu", []string{dir})
-	require.NoError(t, err)
+	res := gpuResolver(t, 3)
 	// The PodResources API lists only the app container.
 	pods := &staticPods{m: map[string]PodAllocations{"ml/a": {"main": {"nvidia.com/gpu": {"0"}}}}}
-	cp := filepath.Join(dir, "kubelet_internal_checkpoint")
+	cp := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
 	p, err := New(Options{Checkpoint: &Checkpoint{Path: cp}, Injection: InjectCDI}, res, pods, nil)
 	require.NoError(t, err)
 	sb := pod("ml", "a", "runc")
@@ -513,10 +518,7 @@ func TestInitContainersFromTheKubeletCheckpoint(t *testing.T) {
 }
 
 func TestSlowKubeletFailsClosedInsideTheRuntimeBudget(t *testing.T) {
-	dir := t.TempDir()
-	nritest.WriteSpec(t, dir, "nvidia", nritest.GPUSpec(1, false))
-	res, err := NewResolver("nvidia.com/gpu", []string{dir})
-	require.NoError(t, err)
+	res := gpuResolver(t, 1)
 	kubelet := nritest.StartPodResources(t, kubelettest.ShortDir(t))
 	kubelet.Set("ml", "slow", "main", "nvidia.com/gpu", "0")
 	release := kubelet.Delay()

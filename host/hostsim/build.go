@@ -228,13 +228,9 @@ func (k *Kernel) addDevNodes(addr host.Address, dir string, f Func) error {
 func (k *Kernel) SetVirtFns(pf string, vfs ...string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	a, err := host.ParseAddress(pf)
+	f, err := k.function(pf)
 	if err != nil {
 		return err
-	}
-	f, ok := k.funcs[a]
-	if !ok {
-		return fmt.Errorf("no function %s", pf)
 	}
 	for i, vf := range vfs {
 		if err := symlinkFresh(filepath.Join("..", vf), filepath.Join(f.dir, "virtfn"+strconv.Itoa(i))); err != nil {

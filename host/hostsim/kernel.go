@@ -179,31 +179,46 @@ func (k *Kernel) SetLinkUp(name string, up bool) {
 	k.links[name] = up
 }
 
-// DriverOf returns the driver a function is bound to ("" when none).
-func (k *Kernel) DriverOf(a host.Address) string {
+// function is the simulated function at a PCI address, for the setup
+// methods (a fixture's mistake, not a write the kernel refuses: see lookup
+// for those). k.mu is held.
+func (k *Kernel) function(addr string) (*simFunc, error) {
+	a, err := host.ParseAddress(addr)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := k.funcs[a]
+	if !ok {
+		return nil, fmt.Errorf("no function %s", addr)
+	}
+	return f, nil
+}
+
+// driverName answers name(f) for the function at a under the lock, ""
+// when there is no such function.
+func (k *Kernel) driverName(a host.Address, name func(*simFunc) string) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	f, ok := k.funcs[a]
 	if !ok {
 		return ""
 	}
-	return k.driverOf(f)
+	return name(f)
 }
+
+// DriverOf returns the driver a function is bound to ("" when none).
+func (k *Kernel) DriverOf(a host.Address) string { return k.driverName(a, k.driverOf) }
 
 // NativeDriver returns the loaded non-vfio driver the kernel would bind a
 // function to on a plain probe, "" when none.
 func (k *Kernel) NativeDriver(a host.Address) string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	f, ok := k.funcs[a]
-	if !ok {
-		return ""
-	}
-	d := k.matchDriver(f, "")
-	if d == nil || d.VFIO {
-		return ""
-	}
-	return d.Name
+	return k.driverName(a, func(f *simFunc) string {
+		d := k.matchDriver(f, "")
+		if d == nil || d.VFIO {
+			return ""
+		}
+		return d.Name
+	})
 }
 
 // Addresses lists the simulated functions.

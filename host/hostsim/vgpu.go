@@ -2,8 +2,10 @@ package hostsim
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,15 +17,11 @@ import (
 // named like "NVIDIA A10-4Q") on parent, in its own IOMMU group, bound to
 // vfio_mdev, with its /dev/vfio/<group> node, as the kernel shows it.
 func (k *Kernel) AddMdev(parent, uuid, typeID, typeName string, group int) error {
-	a, err := host.ParseAddress(parent)
-	if err != nil {
-		return err
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	f, ok := k.funcs[a]
-	if !ok {
-		return fmt.Errorf("no function %s", parent)
+	f, err := k.function(parent)
+	if err != nil {
+		return err
 	}
 	typeDir := filepath.Join(f.dir, "mdev_supported_types", typeID)
 	if err := os.MkdirAll(typeDir, 0o755); err != nil {
@@ -61,31 +59,17 @@ func (k *Kernel) RemoveMdev(uuid string, group int) error {
 // (nvidia/current_vgpu_type, creatable_vgpu_types); a non-zero current
 // type registers the VF as a VFIO device (/dev/vfio/<group>).
 func (k *Kernel) SetVGPU(vf string, current int, creatable map[int]string) error {
-	a, err := host.ParseAddress(vf)
-	if err != nil {
-		return err
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	f, ok := k.funcs[a]
-	if !ok {
-		return fmt.Errorf("no function %s", vf)
+	f, err := k.function(vf)
+	if err != nil {
+		return err
 	}
 	dir := filepath.Join(f.dir, "nvidia")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	ids := make([]int, 0, len(creatable))
-	for id := range creatable {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	var b strings.Builder
-	b.WriteString("ID    : vGPU Name\n")
-	for _, id := range ids {
-		fmt.Fprintf(&b, "%-5d : %s\n", id, creatable[id])
-	}
-	if err := os.WriteFile(filepath.Join(dir, "creatable_vgpu_types"), []byte(b.String()), 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "creatable_vgpu_types"), []byte(FormatVGPUTypes(creatable)), 0o444); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "current_vgpu_type"), []byte(strconv.Itoa(current)+"\n"), 0o644); err != nil {
@@ -96,6 +80,18 @@ func (k *Kernel) SetVGPU(vf string, current int, creatable map[int]string) error
 		return os.RemoveAll(node)
 	}
 	return k.makeNode(node)
+}
+
+// FormatVGPUTypes writes types (id -> name) as the kernel writes a VF's
+// nvidia/creatable_vgpu_types: a header line, then "%-5d : %s" lines by
+// id.
+func FormatVGPUTypes(types map[int]string) string {
+	var b strings.Builder
+	b.WriteString("ID    : vGPU Name\n")
+	for _, id := range slices.Sorted(maps.Keys(types)) {
+		fmt.Fprintf(&b, "%-5d : %s\n", id, types[id])
+	}
+	return b.String()
 }
 
 // EnableIOMMUFD creates /dev/iommu and a vfio-dev/vfioN cdev for every

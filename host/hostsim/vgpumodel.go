@@ -2,9 +2,10 @@ package hostsim
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,15 +97,11 @@ type simMdev struct {
 // EnableVGPU gives an existing PF the vGPU host driver's sysfs (see
 // VGPUCard for the rules). SR-IOV modes start with VFs disabled.
 func (k *Kernel) EnableVGPU(card VGPUCard) error {
-	a, err := host.ParseAddress(card.PF)
-	if err != nil {
-		return err
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	f, ok := k.funcs[a]
-	if !ok {
-		return fmt.Errorf("vGPU card: no function %s", card.PF)
+	f, err := k.function(card.PF)
+	if err != nil {
+		return fmt.Errorf("vGPU card: %w", err)
 	}
 	c := &simCard{card: card, pf: f, mdevs: map[string]simMdev{}, current: map[host.Address]int{}, types: map[int]VGPUType{}, files: map[string]string{}}
 	for _, t := range card.Types {
@@ -113,7 +110,7 @@ func (k *Kernel) EnableVGPU(card VGPUCard) error {
 	if k.cards == nil {
 		k.cards = map[host.Address]*simCard{}
 	}
-	k.cards[a] = c
+	k.cards[f.addr] = c
 	switch card.Mode {
 	case MdevPF:
 		return k.refreshCard(c)
@@ -183,16 +180,11 @@ func (c *simCard) parents() []host.Address {
 // refreshCard rewrites every available_instances and creatable_vgpu_types
 // file of the card after a change.
 func (k *Kernel) refreshCard(c *simCard) error {
-	ids := make([]int, 0, len(c.types))
-	for id := range c.types {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
 	switch c.card.Mode {
 	case MdevPF, MdevVF:
 		for _, p := range c.parents() {
 			f := k.funcs[p]
-			for _, id := range ids {
+			for _, id := range slices.Sorted(maps.Keys(c.types)) {
 				t := c.types[id]
 				avail := c.available(t)
 				if c.card.Mode == MdevVF {
@@ -208,17 +200,16 @@ func (k *Kernel) refreshCard(c *simCard) error {
 		}
 	case VendorVFIO:
 		for _, vf := range c.vfs {
-			var b strings.Builder
-			b.WriteString("ID    : vGPU Name\n")
+			creatable := map[int]string{}
 			if !c.vfHolds(vf) {
-				for _, id := range ids {
-					if c.available(c.types[id]) > 0 {
-						fmt.Fprintf(&b, "%-5d : %s\n", id, c.types[id].Name)
+				for id, t := range c.types {
+					if c.available(t) > 0 {
+						creatable[id] = t.Name
 					}
 				}
 			}
 			dir := filepath.Join(k.funcs[vf].dir, "nvidia")
-			if err := c.write(filepath.Join(dir, "creatable_vgpu_types"), b.String(), 0o444); err != nil {
+			if err := c.write(filepath.Join(dir, "creatable_vgpu_types"), FormatVGPUTypes(creatable), 0o444); err != nil {
 				return err
 			}
 			if err := c.write(filepath.Join(dir, "current_vgpu_type"), strconv.Itoa(c.current[vf])+"\n", 0o644); err != nil {

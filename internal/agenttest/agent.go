@@ -17,8 +17,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -152,12 +154,7 @@ func (a *Agent) RunDir() string { return a.path("run") }
 func (a *Agent) Running() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]string, 0, len(a.ops))
-	for name := range a.ops {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(a.ops))
 }
 
 // Run follows the Node's labels until ctx ends, then stops every operand

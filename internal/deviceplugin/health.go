@@ -50,11 +50,22 @@ func (m *Manager) Health() Health {
 	return h
 }
 
-// startServer starts s, counting the result.
-func (m *Manager) startServer(s *server) error {
+// serve starts s (counting the result) and registers it with the kubelet.
+// A start that fails is logged as what and left to the restart backoff
+// (restartSoon), a registration the kubelet does not take yet to the retry
+// backoff (retrySoon). It reports whether s started.
+func (m *Manager) serve(ctx context.Context, s *server, what string) bool {
 	err := s.start()
 	m.metrics.starts.WithLabelValues(s.name, result(err == nil, "ok", "failed")).Inc()
-	return err
+	if err != nil {
+		m.opts.Log.Error(err, what+"; retrying with backoff", "resource", s.name)
+		m.restartSoon()
+		return false
+	}
+	if !m.register(ctx, s) {
+		m.retrySoon()
+	}
+	return true
 }
 
 // restartSoon asks Run to restart the servers that are down, with backoff.
@@ -75,8 +86,7 @@ func (m *Manager) restartDown(ctx context.Context) bool {
 			continue
 		}
 		s.stop()
-		if err := m.startServer(s); err != nil {
-			m.opts.Log.Error(err, "Serving resource again; retrying with backoff", "resource", s.name)
+		if !m.serve(ctx, s, "Serving resource again") {
 			ok = false
 			continue
 		}
@@ -84,9 +94,6 @@ func (m *Manager) restartDown(ctx context.Context) bool {
 			why = errors.New("not started")
 		}
 		m.opts.Log.Info("Serving resource again", "resource", s.name, "after", why.Error())
-		if !m.register(ctx, s) {
-			m.retrySoon()
-		}
 	}
 	return ok
 }

@@ -265,14 +265,7 @@ func (m *Manager) scan(ctx context.Context) {
 		s, fresh := m.server(r.Name)
 		if fresh {
 			s.update(r)
-			if err := m.startServer(s); err != nil {
-				m.opts.Log.Error(err, "Serving resource; retrying with backoff", "resource", r.Name)
-				m.restartSoon()
-				continue
-			}
-			if !m.register(ctx, s) {
-				m.retrySoon()
-			}
+			m.serve(ctx, s, "Serving resource")
 			continue
 		}
 		if s.update(r) {

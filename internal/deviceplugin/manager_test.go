@@ -64,16 +64,31 @@ type harness struct {
 	metrics *prometheus.Registry
 }
 
+// start runs a manager over devs with a stand-in kubelet; ready, when set,
+// is its Options.Ready.
 func start(t *testing.T, ready func() bool, devs ...Device) *harness {
+	t.Helper()
+	return startWith(t, func(o *Options) { o.Ready = ready }, nil, devs...)
+}
+
+// startWith is start with changed options; before runs ahead of the
+// manager (to block its socket path, say).
+func startWith(t *testing.T, change func(*Options), before func(dir string), devs ...Device) *harness {
 	t.Helper()
 	dir := kubelettest.ShortDir(t)
 	watch := filepath.Join(dir, "watch")
 	require.NoError(t, os.Mkdir(watch, 0o755))
 	h := &harness{host: &fakeHost{devices: devs, dir: watch}, done: make(chan error, 1), metrics: prometheus.NewRegistry()}
 	h.kubelet = kubelettest.Start(t, dir)
+	o := Options{Dir: dir, SocketPrefix: "test", Scanner: h.host, WatchPaths: []string{watch}, Rescan: time.Hour, Log: logr.Discard(), Registerer: h.metrics}
+	if change != nil {
+		change(&o)
+	}
+	if before != nil {
+		before(dir)
+	}
 	var err error
-	h.m, err = NewManager(Options{Dir: dir, SocketPrefix: "test", Scanner: h.host, WatchPaths: []string{watch},
-		Rescan: time.Hour, Ready: ready, Log: logr.Discard(), Registerer: h.metrics})
+	h.m, err = NewManager(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel

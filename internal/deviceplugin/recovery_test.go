@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,32 +17,6 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 )
-
-// startWith is start with changed options; before runs ahead of the
-// manager (to block its socket path, say).
-func startWith(t *testing.T, change func(*Options), before func(dir string), devs ...Device) *harness {
-	t.Helper()
-	dir := kubelettest.ShortDir(t)
-	watch := filepath.Join(dir, "watch")
-	require.NoError(t, os.Mkdir(watch, 0o755))
-	h := &harness{host: &fakeHost{devices: devs, dir: watch}, done: make(chan error, 1), metrics: prometheus.NewRegistry()}
-	h.kubelet = kubelettest.Start(t, dir)
-	o := Options{Dir: dir, SocketPrefix: "test", Scanner: h.host, WatchPaths: []string{watch}, Rescan: time.Hour, Log: logr.Discard(), Registerer: h.metrics}
-	if change != nil {
-		change(&o)
-	}
-	if before != nil {
-		before(dir)
-	}
-	var err error
-	h.m, err = NewManager(o)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { h.done <- h.m.Run(ctx) }()
-	t.Cleanup(func() { h.stop(t) })
-	return h
-}
 
 // listener returns the listener a resource's server serves on now.
 func (h *harness) listener(t *testing.T, name string) *net.UnixListener {

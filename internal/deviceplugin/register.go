@@ -17,15 +17,10 @@ import (
 // folder when it starts) and registers every server again.
 func (m *Manager) reRegister(ctx context.Context) {
 	for _, s := range m.sortedServers() {
-		_, err := os.Stat(s.socket)
-		missing := err != nil
-		if missing {
+		if _, err := os.Stat(s.socket); err != nil {
 			s.stop()
-			if err := m.startServer(s); err != nil {
-				m.opts.Log.Error(err, "Serving resource again; retrying with backoff", "resource", s.name)
-				m.restartSoon()
-				continue
-			}
+			m.serve(ctx, s, "Serving resource again")
+			continue
 		}
 		if !m.register(ctx, s) {
 			m.retrySoon()

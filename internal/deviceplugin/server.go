@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,11 +120,7 @@ func (s *server) notifyLocked() {
 func (s *server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]string, 0, len(s.devices))
-	for id := range s.devices {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(s.devices))
 	resp := &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, 0, len(ids))}
 	for _, id := range ids {
 		e := s.devices[id]

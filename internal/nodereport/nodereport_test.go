@@ -16,6 +16,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// tlsServer serves handler over TLS until the test ends; it returns the
+// Server, which trusts the test server's certificate and reads its token
+// from a file first holding token, and the Server's NodePatcher.
+func tlsServer(t *testing.T, handler http.HandlerFunc, token string) (Server, PatchFunc) {
+	t.Helper()
+	srv := httptest.NewTLSServer(handler)
+	t.Cleanup(srv.Close)
+	s := Server{URL: srv.URL, CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), TokenFile: filepath.Join(t.TempDir(), "token")}
+	require.NoError(t, os.WriteFile(s.TokenFile, []byte(token), 0o600))
+	patch, err := s.NodePatcher()
+	require.NoError(t, err)
+	return s, patch
+}
+
 // TestNodePatcherSendsAMergePatch: one PATCH of /api/v1/nodes/<node> with
 // the merge-patch content type and the token read from its file at each
 // request (the kubelet rotates it), over TLS checked against the CA.
@@ -24,7 +38,7 @@ func TestNodePatcherSendsAMergePatch(t *testing.T) {
 	var mu sync.Mutex
 	var got []request
 	status := http.StatusOK
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	server, patch := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		got = append(got, request{r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), string(b)})
@@ -32,20 +46,14 @@ func TestNodePatcherSendsAMergePatch(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(`{"kind":"Status","message":"nodes \"gpu-1\" is forbidden"}`))
-	}))
-	defer srv.Close()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	token := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(token, []byte("first\n"), 0o600))
-	patch, err := Server{URL: srv.URL, CA: ca, TokenFile: token}.NodePatcher()
-	require.NoError(t, err)
+	}, "first\n")
 
 	p := &Publisher{Node: "gpu-1", Annotation: "sandbox-gpu.io/release-report.vfio-manager", Patch: patch}
 	ctx := context.Background()
 	refused := Release{Reason: "0000:3b:00.0: in use: held by pid 42 (qemu-kvm)", Left: []string{"0000:3b:00.0"}}
 	require.NoError(t, p.Publish(ctx, refused))
 	require.NoError(t, p.Publish(ctx, refused), "the same report again")
-	require.NoError(t, os.WriteFile(token, []byte("second"), 0o600))
+	require.NoError(t, os.WriteFile(server.TokenFile, []byte("second"), 0o600))
 	require.NoError(t, p.Publish(ctx, Release{Done: true}))
 
 	mu.Lock()
@@ -74,19 +82,13 @@ func TestNodePatcherSendsAMergePatch(t *testing.T) {
 // CA without a certificate and a node name with a path in it are refused.
 func TestNodePatcherErrors(t *testing.T) {
 	calls := 0
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	server, patch := tlsServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		calls++
 		w.WriteHeader(http.StatusForbidden)
 		_, _ = w.Write([]byte("forbidden by the admission policy"))
-	}))
-	defer srv.Close()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	token := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-	patch, err := Server{URL: srv.URL, CA: ca, TokenFile: token}.NodePatcher()
-	require.NoError(t, err)
+	}, "t")
 	p := &Publisher{Node: "gpu-1", Annotation: "a", Patch: patch}
-	err = p.Publish(context.Background(), Release{Done: true})
+	err := p.Publish(context.Background(), Release{Done: true})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "node gpu-1")
 	assert.Contains(t, err.Error(), "403")
@@ -95,9 +97,13 @@ func TestNodePatcherErrors(t *testing.T) {
 	assert.Equal(t, 2, calls, "a failed write is tried again")
 	require.Error(t, patch(context.Background(), "../namespaces", []byte("{}")))
 
-	_, err = Server{URL: "http://example.com", CA: ca, TokenFile: token}.NodePatcher()
+	insecure := server
+	insecure.URL = "http://example.com"
+	_, err = insecure.NodePatcher()
 	require.Error(t, err)
-	_, err = Server{URL: srv.URL, CA: []byte("not a certificate"), TokenFile: token}.NodePatcher()
+	badCA := server
+	badCA.CA = []byte("not a certificate")
+	_, err = badCA.NodePatcher()
 	require.Error(t, err)
 	_, err = Parse("{")
 	require.Error(t, err)

@@ -25,6 +25,40 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 	}
 }
 
+// Map returns f of each element of in, in order (nil when in is empty):
+// the IDs of devices, the paths of nodes, for one assertion.
+func Map[T, R any](in []T, f func(T) R) []R {
+	var out []R
+	for _, v := range in {
+		out = append(out, f(v))
+	}
+	return out
+}
+
+// WriteFile writes content to file p (mode 0644), making its parent
+// folders, and fails the test on an error.
+func WriteFile(tb testing.TB, p, content string) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Symlink makes p a symbolic link to target, making p's parent folders,
+// and fails the test on an error.
+func Symlink(tb testing.TB, target, p string) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Symlink(target, p); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // BuildBinary builds the main package pkg (a path like "." or
 // "../../cmd/x") into the test's temporary folder with the extra
 // environment (CGO_ENABLED=0, say) and returns the binary's path.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"os"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -15,10 +14,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
-func TestMain(m *testing.M) {
-	nritest.QuietNRI()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { nritest.Main(m) }
 
 func runPlugin(t *testing.T, args ...string) (int, string) {
 	t.Helper()

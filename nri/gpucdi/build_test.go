@@ -19,10 +19,17 @@ func twoGPUs() Inventory {
 	}}
 }
 
+// buildTwo builds twoGPUs' spec with o, requiring no error.
+func buildTwo(t *testing.T, o Options) *cdispec.Spec {
+	t.Helper()
+	spec, err := Build(twoGPUs(), o)
+	require.NoError(t, err)
+	return spec
+}
+
 func TestBuildGPUsByIndexAndUUID(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec := buildTwo(t, h.opts())
 
 	assert.Equal(t, DefaultKind, spec.Kind)
 	assert.Equal(t, []string{"0", "GPU-aaaa", "1", "GPU-bbbb", "all"}, deviceNames(spec))
@@ -74,8 +81,7 @@ func TestBuildControlNodes(t *testing.T) {
 	}
 	// No control node exists yet (nvidia-uvm's are made on first CUDA use):
 	// nvidiactl always, uvm's because <proc>/devices lists nvidia-uvm.
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec := buildTwo(t, h.opts())
 	assert.Equal(t, []string{
 		node("nvidiactl", "c 195:255"),
 		node("nvidia-uvm", "c 508:0"),
@@ -83,8 +89,7 @@ func TestBuildControlNodes(t *testing.T) {
 	}, nodeSummary(spec.ContainerEdits.DeviceNodes), "uvm's major from the character section of <proc>/devices")
 
 	h.link(h.dev, "nvidia-modeset", "nowhere") // present, even dangling
-	spec, err = Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec = buildTwo(t, h.opts())
 	assert.Equal(t, []string{
 		node("nvidiactl", "c 195:255"),
 		node("nvidia-uvm", "c 508:0"),
@@ -94,15 +99,13 @@ func TestBuildControlNodes(t *testing.T) {
 
 	// nvidia-uvm not loaded: no uvm nodes, unless they exist.
 	h.write(h.proc, "devices", "Character devices:\n195 nvidia-frontend\n")
-	spec, err = Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec = buildTwo(t, h.opts())
 	assert.Equal(t, []string{
 		node("nvidiactl", "c 195:255"),
 		node("nvidia-modeset", "c 195:254"),
 	}, nodeSummary(spec.ContainerEdits.DeviceNodes))
 	h.file(h.dev, "nvidia-uvm")
-	spec, err = Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec = buildTwo(t, h.opts())
 	assert.Equal(t, []string{
 		node("nvidiactl", "c 195:255"),
 		node("nvidia-uvm", " 0:0"),

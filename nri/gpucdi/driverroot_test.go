@@ -8,21 +8,20 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 func TestBuildDriverLibrariesAndBinaries(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
 	d := h.driver
 	// Another driver version's libraries and links are left out.
-	h.file(d, h.libDir+"/libnvidia-ptxjitcompiler.so.535.104.05")
-	h.link(d, h.libDir+"/libnvidia-ptxjitcompiler.so.1", "libnvidia-ptxjitcompiler.so.535.104.05")
+	h.library(h.libDir, "libnvidia-ptxjitcompiler.so.535.104.05", "libnvidia-ptxjitcompiler.so.1")
 	h.file(d, h.libDir+"/libnvidia-ptxjitcompiler.so."+testVersion+".bak")
 	h.file(d, h.libDir+"/libfoo.so.1")
 	h.link(d, h.libDir+"/libnvidia-dangling.so.1", "libnvidia-gone.so."+testVersion)
 	// Merged /usr: /lib64 is /usr/lib64, searched once, mounted at /usr/lib64.
 	h.link(d, "/lib64", "usr/lib64")
-	h.file(d, h.lib64+"/libnvidia-nvvm.so."+testVersion)
-	h.link(d, h.lib64+"/libnvidia-nvvm.so.4", "libnvidia-nvvm.so."+testVersion)
+	h.library(h.lib64, "libnvidia-nvvm.so."+testVersion, "libnvidia-nvvm.so.4")
 	// A versioned name that is itself a link to the real file elsewhere.
 	h.file(d, "/opt/nvidia/libnvidia-opencl.so."+testVersion)
 	h.link(d, h.libDir+"/libnvidia-opencl.so."+testVersion, "../../../opt/nvidia/libnvidia-opencl.so."+testVersion)
@@ -36,8 +35,7 @@ func TestBuildDriverLibrariesAndBinaries(t *testing.T) {
 	h.file(d, "/sbin/nvidia-persistenced")
 	h.file(d, "/usr/sbin/nvidia-persistenced")
 
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec := buildTwo(t, h.opts())
 	lib := func(dir, name, target string) string {
 		return dir + "/" + name + " <- " + filepath.Join(d, target)
 	}
@@ -130,10 +128,10 @@ func TestResolveIn(t *testing.T) {
 
 // mountsTo is the mounts of spec whose host path is target (inside the
 // driver root), by container path.
-func mountsTo(h *fakeHost, mounts []string, target string) []string {
+func mountsTo(h *fakeHost, spec *cdispec.Spec, target string) []string {
 	var out []string
 	suffix := " <- " + filepath.Join(h.driver, target)
-	for _, m := range mounts {
+	for _, m := range mountSummary(spec.ContainerEdits.Mounts) {
 		if rest, ok := strings.CutSuffix(m, suffix); ok {
 			out = append(out, rest)
 		}
@@ -145,37 +143,28 @@ func TestBuildLibrariesAlsoInContainerLibDir(t *testing.T) {
 	// A RHEL host: an Ubuntu image's loader never searches /usr/lib64, an
 	// nvidia/cuda image's LD_LIBRARY_PATH has /usr/local/nvidia/lib64.
 	h := newBareHost(t, 0)
-	cuda := "/usr/lib64/libcuda.so." + testVersion
-	h.file(h.driver, cuda)
-	h.link(h.driver, "/usr/lib64/libcuda.so.1", "libcuda.so."+testVersion)
-	h.link(h.driver, "/usr/lib64/libcuda.so", "libcuda.so.1")
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	cuda := h.library("/usr/lib64", "libcuda.so."+testVersion, "libcuda.so.1", "libcuda.so")
 	assert.Equal(t, []string{
 		"/usr/lib64/libcuda.so", "/usr/lib64/libcuda.so.1", cuda,
 		"/usr/local/nvidia/lib64/libcuda.so", "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so." + testVersion,
-	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda), "at the host's path and in /usr/local/nvidia/lib64, links as the real file")
+	}, mountsTo(h, buildTwo(t, h.opts()), cuda), "at the host's path and in /usr/local/nvidia/lib64, links as the real file")
 }
 
 func TestBuildContainerLibDirOncePerName(t *testing.T) {
 	h := newFakeHost(t, 0)
 	// The same names in a later folder: the first folder's files win.
-	other := "/usr/lib64/libcuda.so." + testVersion
-	h.file(h.driver, other)
-	h.link(h.driver, "/usr/lib64/libcuda.so.1", "libcuda.so."+testVersion)
+	other := h.library("/usr/lib64", "libcuda.so."+testVersion, "libcuda.so.1")
 	// A searched /usr/local/nvidia/lib64 keeps its own file.
 	own := ContainerLibDir + "/libnvidia-ml.so." + testVersion
 	h.file(h.driver, own)
 	o := h.opts()
 	o.LibDirs = []string{h.libDir, "/usr/lib64", ContainerLibDir}
-	spec, err := Build(twoGPUs(), o)
-	require.NoError(t, err)
-	mounts := mountSummary(spec.ContainerEdits.Mounts)
-	assert.Equal(t, []string{"/usr/lib64/libcuda.so.1", other}, mountsTo(h, mounts, other))
-	assert.Contains(t, mountsTo(h, mounts, h.libDir+"/libcuda.so."+testVersion), ContainerLibDir+"/libcuda.so.1")
-	assert.Equal(t, []string{own}, mountsTo(h, mounts, own))
+	spec := buildTwo(t, o)
+	assert.Equal(t, []string{"/usr/lib64/libcuda.so.1", other}, mountsTo(h, spec, other))
+	assert.Contains(t, mountsTo(h, spec, h.libDir+"/libcuda.so."+testVersion), ContainerLibDir+"/libcuda.so.1")
+	assert.Equal(t, []string{own}, mountsTo(h, spec, own))
 	assert.Equal(t, []string{h.libDir + "/libnvidia-ml.so.1", h.libDir + "/libnvidia-ml.so." + testVersion, ContainerLibDir + "/libnvidia-ml.so.1"},
-		mountsTo(h, mounts, h.libDir+"/libnvidia-ml.so."+testVersion))
+		mountsTo(h, spec, h.libDir+"/libnvidia-ml.so."+testVersion))
 	seen := map[string]bool{}
 	for _, m := range spec.ContainerEdits.Mounts {
 		assert.False(t, seen[m.ContainerPath], "%s mounted twice", m.ContainerPath)
@@ -188,48 +177,37 @@ func TestBuildDebianNvidiaCurrent(t *testing.T) {
 	// links in the multiarch folder through /etc/alternatives.
 	h := newBareHost(t, 0)
 	x86, current := h.libDir, h.libDir+"/nvidia/current"
-	cuda := current + "/libcuda.so." + testVersion
-	h.file(h.driver, cuda)
-	h.link(h.driver, current+"/libcuda.so.1", "libcuda.so."+testVersion)
+	cuda := h.library(current, "libcuda.so."+testVersion, "libcuda.so.1")
 	h.link(h.driver, "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu", current+"/libcuda.so.1")
 	h.link(h.driver, x86+"/libcuda.so.1", "/etc/alternatives/nvidia--libcuda.so.1-x86_64-linux-gnu")
 	h.link(h.driver, x86+"/libcuda.so", "libcuda.so.1")
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
 	assert.Equal(t, []string{
 		x86 + "/libcuda.so", x86 + "/libcuda.so.1", current + "/libcuda.so.1", cuda,
 		ContainerLibDir + "/libcuda.so", ContainerLibDir + "/libcuda.so.1", ContainerLibDir + "/libcuda.so." + testVersion,
-	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda), "links of an earlier folder into a later one are kept")
+	}, mountsTo(h, buildTwo(t, h.opts()), cuda), "links of an earlier folder into a later one are kept")
 }
 
 func TestBuildLib64Nvidia(t *testing.T) {
 	h := newBareHost(t, 0)
-	cuda := "/usr/lib64/nvidia/libcuda.so." + testVersion
-	h.file(h.driver, cuda)
+	cuda := h.library("/usr/lib64/nvidia", "libcuda.so."+testVersion)
 	h.link(h.driver, "/usr/lib64/libcuda.so.1", "nvidia/libcuda.so."+testVersion)
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
 	assert.Equal(t, []string{
 		"/usr/lib64/libcuda.so.1", cuda,
 		ContainerLibDir + "/libcuda.so.1", ContainerLibDir + "/libcuda.so." + testVersion,
-	}, mountsTo(h, mountSummary(spec.ContainerEdits.Mounts), cuda))
+	}, mountsTo(h, buildTwo(t, h.opts()), cuda))
 }
 
 func TestBuildLegacyNVVM(t *testing.T) {
 	// R575+: libnvidia-nvvm70.so.4 carries no driver version.
 	h := newFakeHost(t, 0)
-	nvvm70 := h.libDir + "/libnvidia-nvvm70.so.4"
-	h.file(h.driver, nvvm70)
-	h.link(h.driver, h.libDir+"/libnvidia-nvvm70.so", "libnvidia-nvvm70.so.4")
+	nvvm70 := h.library(h.libDir, "libnvidia-nvvm70.so.4", "libnvidia-nvvm70.so")
 	h.file(h.driver, h.libDir+"/libnvidia-nvvm71.so.4") // not the legacy library
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
-	mounts := mountSummary(spec.ContainerEdits.Mounts)
+	spec := buildTwo(t, h.opts())
 	assert.Equal(t, []string{
 		h.libDir + "/libnvidia-nvvm70.so", nvvm70,
 		ContainerLibDir + "/libnvidia-nvvm70.so", ContainerLibDir + "/libnvidia-nvvm70.so.4",
-	}, mountsTo(h, mounts, nvvm70))
-	assert.Empty(t, mountsTo(h, mounts, h.libDir+"/libnvidia-nvvm71.so.4"))
+	}, mountsTo(h, spec, nvvm70))
+	assert.Empty(t, mountsTo(h, spec, h.libDir+"/libnvidia-nvvm71.so.4"))
 }
 
 func TestDefaultLibDirs(t *testing.T) {

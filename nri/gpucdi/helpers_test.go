@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/stretchr/testify/require"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -24,9 +25,7 @@ type fakeHost struct {
 func newFakeHost(t *testing.T, minors ...int) *fakeHost {
 	t.Helper()
 	h := newBareHost(t, minors...)
-	h.file(h.driver, h.libDir+"/libcuda.so."+testVersion)
-	h.link(h.driver, h.libDir+"/libcuda.so.1", "libcuda.so."+testVersion)
-	h.link(h.driver, h.libDir+"/libcuda.so", "libcuda.so.1")
+	h.library(h.libDir, "libcuda.so."+testVersion, "libcuda.so.1", "libcuda.so")
 	h.file(h.driver, h.libDir+"/libnvidia-ml.so."+testVersion)
 	h.link(h.driver, h.libDir+"/libnvidia-ml.so.1", h.libDir+"/libnvidia-ml.so."+testVersion) // absolute
 	h.file(h.driver, h.bin+"/nvidia-smi")
@@ -60,16 +59,26 @@ func (h *fakeHost) file(root, rel string) {
 
 func (h *fakeHost) write(root, rel, content string) {
 	h.t.Helper()
-	p := filepath.Join(root, rel)
-	require.NoError(h.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(h.t, os.WriteFile(p, []byte(content), 0o644))
+	testutil.WriteFile(h.t, filepath.Join(root, rel), content)
 }
 
 func (h *fakeHost) link(root, rel, target string) {
 	h.t.Helper()
-	p := filepath.Join(root, rel)
-	require.NoError(h.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(h.t, os.Symlink(target, p))
+	testutil.Symlink(h.t, target, filepath.Join(root, rel))
+}
+
+// library makes the driver's library dir/name and a chain of links to it
+// in dir, each to the one before (libcuda.so.1 to libcuda.so.<version>,
+// libcuda.so to libcuda.so.1); it returns dir/name.
+func (h *fakeHost) library(dir, name string, links ...string) string {
+	h.t.Helper()
+	h.file(h.driver, dir+"/"+name)
+	target := name
+	for _, l := range links {
+		h.link(h.driver, dir+"/"+l, target)
+		target = l
+	}
+	return dir + "/" + name
 }
 
 // device returns the spec's device called name, failing when missing.

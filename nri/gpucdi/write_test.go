@@ -21,8 +21,7 @@ func TestSpecFileName(t *testing.T) {
 func TestWriteIsIdempotentAndAtomic(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
 	dir := filepath.Join(t.TempDir(), "cdi")
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec := buildTwo(t, h.opts())
 
 	p, changed, err := Write(spec, dir)
 	require.NoError(t, err)
@@ -31,8 +30,7 @@ func TestWriteIsIdempotentAndAtomic(t *testing.T) {
 	st1, err := os.Stat(p)
 	require.NoError(t, err)
 
-	again, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	again := buildTwo(t, h.opts())
 	_, changed, err = Write(again, dir)
 	require.NoError(t, err)
 	assert.False(t, changed, "the same spec is not rewritten")
@@ -41,8 +39,7 @@ func TestWriteIsIdempotentAndAtomic(t *testing.T) {
 	assert.True(t, os.SameFile(st1, st2))
 
 	h.file(h.dev, "nvidia-modeset")
-	spec, err = Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
+	spec = buildTwo(t, h.opts())
 	_, changed, err = Write(spec, dir)
 	require.NoError(t, err)
 	assert.True(t, changed)
@@ -68,9 +65,8 @@ func TestWriteIsIdempotentAndAtomic(t *testing.T) {
 func TestOtherSpecsAndRemove(t *testing.T) {
 	h := newFakeHost(t, 0, 3)
 	etc, run := filepath.Join(t.TempDir(), "etc-cdi"), filepath.Join(t.TempDir(), "run-cdi")
-	spec, err := Build(twoGPUs(), h.opts())
-	require.NoError(t, err)
-	_, _, err = Write(spec, run)
+	spec := buildTwo(t, h.opts())
+	_, _, err := Write(spec, run)
 	require.NoError(t, err)
 
 	other, err := OtherSpecs(DefaultKind, etc, run)
