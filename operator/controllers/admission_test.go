@@ -34,6 +34,37 @@ func daemonClient(t *testing.T, operand, node string) client.Client {
 	return c
 }
 
+// mergePatchNode sends body to Node name as a JSON merge patch, as c.
+func mergePatchNode(t *testing.T, c client.Client, name string, body map[string]any) error {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	return c.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, raw))
+}
+
+// patchNode reads Node name as c, changes it with mutate and sends the
+// change back as a merge patch.
+func patchNode(c client.Client, name string, mutate func(*corev1.Node)) error {
+	ctx := context.Background()
+	n := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	mutate(n)
+	return c.Patch(ctx, n, patch)
+}
+
+// waitOwnNodeOnly waits until the API server has loaded the admission
+// policy: write, a node daemon's change of another node's Node, is denied.
+func waitOwnNodeOnly(t *testing.T, what string, write func() error) {
+	t.Helper()
+	testutil.Eventually(t, wait, what, func() bool {
+		err := write()
+		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	})
+}
+
 // guardedNode creates a Node with an owner, a finalizer and a taint, which
 // the test removes again (the finalizer first) when it ends.
 func guardedNode(t *testing.T, c client.Client, name string) {
@@ -62,9 +93,7 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	ctx := context.Background()
-	for _, o := range readManifests(t, "operator/operator.yaml") {
-		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
-	}
+	applyOperatorManifests(t, c)
 	guardedNode(t, c, "adm-a")
 	guardedNode(t, c, "adm-b")
 	// Wider RBAC than shipped, so that the admission policy alone decides.
@@ -80,15 +109,9 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 	t.Cleanup(func() { _ = c.Delete(ctx, bind); _ = c.Delete(ctx, wide) })
 
 	validator := daemonClient(t, names.Validator, "adm-a")
-	patch := func(d client.Client, node string, body map[string]any) error {
-		raw, err := json.Marshal(body)
-		require.NoError(t, err)
-		return d.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, raw))
-	}
 	meta := func(m map[string]any) map[string]any { return map[string]any{"metadata": m} }
-	testutil.Eventually(t, wait, "the admission policy and the test's RBAC are in force", func() bool {
-		err := patch(validator, "adm-b", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "x"}}))
-		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	waitOwnNodeOnly(t, "the admission policy and the test's RBAC are in force", func() error {
+		return mergePatchNode(t, validator, "adm-b", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "x"}}))
 	})
 
 	const (
@@ -157,7 +180,7 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		if tc.node == "adm-b-own" { // a daemon on adm-b, its own Node
 			tc.node, own = "adm-b", "adm-b"
 		}
-		err := patch(daemonClient(t, tc.operand, own), tc.node, tc.body)
+		err := mergePatchNode(t, daemonClient(t, tc.operand, own), tc.node, tc.body)
 		if tc.deny == "" {
 			assert.NoError(t, err, tc.what)
 			continue

@@ -21,10 +21,7 @@ import (
 // event. Once the kubelet frees it, it goes back too and the node is ready
 // with container.
 func TestAllocatedGPUSurvivesARelabel(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 	n := startSimNode(t, c, "alloc-hgx", "hgx-h100", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 	const res = "nvidia.com/GH100_H100_SXM5_80GB"

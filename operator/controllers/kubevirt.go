@@ -287,28 +287,30 @@ func (r *KubeVirtReconciler) sync(ctx context.Context, cr *unstructured.Unstruct
 		}
 	}
 	var added, left []string
-	for _, e := range pci {
-		if foreign[e.ResourceName] {
-			left = append(left, e.ResourceName)
-			continue
+	// take reports whether our entry goes in: its resource name is not
+	// someone else's (then it is left to them).
+	take := func(kind, name, sel string) bool {
+		if foreign[name] {
+			left = append(left, name)
+			return false
 		}
-		next.PciHostDevices = append(next.PciHostDevices, e)
-		added = append(added, entryKey("pci", e.ResourceName, e.PCIVendorSelector))
+		added = append(added, entryKey(kind, name, sel))
+		return true
 	}
 	// Our vGPUs of either kind: the vGPU device manager owns the node's
 	// vGPUs, so KubeVirt must not create or remove mdevs itself.
 	addedVGPU := false
 	for _, e := range pci {
-		addedVGPU = addedVGPU || (!foreign[e.ResourceName] && workload.IsVGPUResource(e.ResourceName))
+		if take("pci", e.ResourceName, e.PCIVendorSelector) {
+			next.PciHostDevices = append(next.PciHostDevices, e)
+			addedVGPU = addedVGPU || workload.IsVGPUResource(e.ResourceName)
+		}
 	}
 	for _, e := range mdev {
-		if foreign[e.ResourceName] {
-			left = append(left, e.ResourceName)
-			continue
+		if take("mdev", e.ResourceName, e.MDEVNameSelector) {
+			next.MediatedDevices = append(next.MediatedDevices, e)
+			addedVGPU = true
 		}
-		next.MediatedDevices = append(next.MediatedDevices, e)
-		added = append(added, entryKey("mdev", e.ResourceName, e.MDEVNameSelector))
-		addedVGPU = true
 	}
 	if len(left) > 0 {
 		log.FromContext(ctx).Info("Left resources that the KubeVirt CR already permits to someone else", "kubevirt", cr.GetNamespace()+"/"+cr.GetName(), "resources", left)

@@ -33,13 +33,65 @@ func setCapacity(t *testing.T, c client.Client, name string, res map[string]int6
 	}))
 }
 
-func kubeVirtCR(t *testing.T, c client.Client) *unstructured.Unstructured {
+// startKubeVirtTest readies a test of the KubeVirt sync on the API server:
+// namespace ns and in it the KubeVirt CR "kubevirt" with configuration as
+// its spec's (gone when the test ends), the policy with sandbox workloads
+// on (def the default config) and the operator running. It returns the
+// test's client and a reader of the CR.
+func startKubeVirtTest(t *testing.T, ns string, configuration map[string]any, def string) (client.Client, func() *unstructured.Unstructured) {
 	t.Helper()
-	cr := &unstructured.Unstructured{}
-	cr.SetAPIVersion("kubevirt.io/v1")
-	cr.SetKind("KubeVirt")
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: "kubevirt", Name: "kubevirt"}, cr))
-	return cr
+	needEnv(t)
+	c := testClient(t)
+	ctx := context.Background()
+	ensureNamespace(t, c, ns)
+	cr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+		"metadata": map[string]any{"name": "kubevirt", "namespace": ns},
+		"spec":     map[string]any{"configuration": configuration},
+	}}
+	require.NoError(t, c.Create(ctx, cr))
+	t.Cleanup(func() { _ = c.Delete(ctx, cr) })
+	setPolicy(t, c, sandboxOn(def))
+	startOperator(t, newClock())
+	return c, func() *unstructured.Unstructured {
+		got := &unstructured.Unstructured{}
+		got.SetAPIVersion("kubevirt.io/v1")
+		got.SetKind("KubeVirt")
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kubevirt"}, got))
+		return got
+	}
+}
+
+// permittedPCI is a KubeVirt configuration that permits one PCI host
+// device, as its admin wrote it.
+func permittedPCI(selector, name string) map[string]any {
+	return map[string]any{"permittedHostDevices": map[string]any{
+		"pciHostDevices": []any{map[string]any{"pciVendorSelector": selector, "resourceName": name}}}}
+}
+
+// publishPermitted plays a node's validator: it publishes the KubeVirt
+// device plugin's entries in the node's annotation (a merge patch).
+func publishPermitted(t *testing.T, c client.Client, node, entries string) {
+	t.Helper()
+	n := getNode(t, c, node)
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Annotations = map[string]string{names.PermittedAnnotation: entries}
+	require.NoError(t, c.Patch(context.Background(), n, patch))
+}
+
+// capacityNode is a Node with labels, the entries its validator published
+// (none when ann is "") and a capacity of each resource in res.
+func capacityNode(name string, labels map[string]string, ann string, res ...string) corev1.Node {
+	n := corev1.Node{}
+	n.Name, n.Labels = name, labels
+	if ann != "" {
+		n.Annotations = map[string]string{names.PermittedAnnotation: ann}
+	}
+	n.Status.Capacity = corev1.ResourceList{}
+	for _, r := range res {
+		n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("1")
+	}
+	return n
 }
 
 func resourceNames(t *testing.T, cr *unstructured.Unstructured, list string) []string {
@@ -52,44 +104,27 @@ func resourceNames(t *testing.T, cr *unstructured.Unstructured, list string) []s
 }
 
 func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ctx := context.Background()
-	ensureNamespace(t, c, "kubevirt")
-	cr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-		"metadata": map[string]any{"name": "kubevirt", "namespace": "kubevirt"},
-		"spec": map[string]any{"configuration": map[string]any{"permittedHostDevices": map[string]any{
-			"pciHostDevices": []any{map[string]any{"pciVendorSelector": "8086:1572", "resourceName": "intel.com/xl710"}}}}},
-	}}
-	require.NoError(t, c.Create(ctx, cr))
-	t.Cleanup(func() { _ = c.Delete(ctx, cr) })
-	setPolicy(t, c, sandboxOn("vm-passthrough"))
-	startOperator(t, newClock())
+	c, get := startKubeVirtTest(t, "kubevirt", permittedPCI("8086:1572", "intel.com/xl710"), "vm-passthrough")
 	newNode(t, c, "kv-a", nil)
 	newNode(t, c, "kv-b", nil)
 	setCapacity(t, c, "kv-a", map[string]int64{"nvidia.com/GA102GL_A10": 2, "cpu": 8})
 	// An mdev vGPU type: only as its validator published it.
-	n := getNode(t, c, "kv-b")
-	n.Annotations = map[string]string{names.PermittedAnnotation: `{"mediatedDevices":[{"mdevNameSelector":"NVIDIA A10-4Q","resourceName":"nvidia.com/NVIDIA_A10-4Q"}]}`}
-	require.NoError(t, c.Update(ctx, n))
+	publishPermitted(t, c, "kv-b", `{"mediatedDevices":[{"mdevNameSelector":"NVIDIA A10-4Q","resourceName":"nvidia.com/NVIDIA_A10-4Q"}]}`)
 	setCapacity(t, c, "kv-b", map[string]int64{"nvidia.com/NVIDIA_A10-4Q": 6})
 	// A model the curated table cannot map back: its validator published
 	// the plugin's entries, including one it must not be trusted with.
 	newNode(t, c, "kv-c", nil)
-	n = getNode(t, c, "kv-c")
-	n.Annotations = map[string]string{names.PermittedAnnotation: `{"pciHostDevices":[` +
-		`{"pciVendorSelector":"10de:2b85","resourceName":"nvidia.com/GB202_RTX_PRO_6000"},` +
-		`{"pciVendorSelector":"8086:1572","resourceName":"nvidia.com/GB202_RTX_PRO_6000"}]}`}
-	require.NoError(t, c.Update(ctx, n))
+	publishPermitted(t, c, "kv-c", `{"pciHostDevices":[`+
+		`{"pciVendorSelector":"10de:2b85","resourceName":"nvidia.com/GB202_RTX_PRO_6000"},`+
+		`{"pciVendorSelector":"8086:1572","resourceName":"nvidia.com/GB202_RTX_PRO_6000"}]}`)
 	setCapacity(t, c, "kv-c", map[string]int64{"nvidia.com/GB202_RTX_PRO_6000": 1})
 
 	testutil.Eventually(t, wait, "our entries added", func() bool {
-		got := kubeVirtCR(t, c)
+		got := get()
 		return assert.ObjectsAreEqual([]string{"intel.com/xl710", "nvidia.com/GA102GL_A10", "nvidia.com/GB202_RTX_PRO_6000"}, resourceNames(t, got, "pciHostDevices")) &&
 			assert.ObjectsAreEqual([]string{"nvidia.com/NVIDIA_A10-4Q"}, resourceNames(t, got, "mediatedDevices"))
 	})
-	got := kubeVirtCR(t, c)
+	got := get()
 	pci, _, _ := unstructured.NestedSlice(got.Object, "spec", "configuration", "permittedHostDevices", "pciHostDevices")
 	assert.Equal(t, "10DE:2236", pci[1].(map[string]any)["pciVendorSelector"])
 	assert.Equal(t, true, pci[1].(map[string]any)["externalResourceProvider"])
@@ -103,30 +138,19 @@ func TestKubeVirtPermittedHostDevicesSync(t *testing.T) {
 	setCapacity(t, c, "kv-a", map[string]int64{"cpu": 8})
 	setCapacity(t, c, "kv-c", map[string]int64{"cpu": 8})
 	testutil.Eventually(t, wait, "our stale entries removed", func() bool {
-		return assert.ObjectsAreEqual([]string{"intel.com/xl710"}, resourceNames(t, kubeVirtCR(t, c), "pciHostDevices"))
+		return assert.ObjectsAreEqual([]string{"intel.com/xl710"}, resourceNames(t, get(), "pciHostDevices"))
 	})
-	rv := kubeVirtCR(t, c).GetResourceVersion()
+	rv := get().GetResourceVersion()
 	mid := reconciles(t, "sandbox-gpu-kubevirt")
 	setNodeLabel(t, c, "kv-b", "unrelated.example/touch", "1")
 	testutil.Eventually(t, wait, "another sync", func() bool { return reconciles(t, "sandbox-gpu-kubevirt") >= mid+1 })
-	assert.Equal(t, rv, kubeVirtCR(t, c).GetResourceVersion(), "no write when nothing changed")
+	assert.Equal(t, rv, get().GetResourceVersion(), "no write when nothing changed")
 }
 
 func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
 	gpu := map[string]string{names.GPUPresentLabel: "true"}
 	kv := map[string]string{names.GPUPresentLabel: "true", names.DeployLabel(names.KubeVirtDevicePlugin): "true"}
-	node := func(name string, labels map[string]string, ann string, res ...string) corev1.Node {
-		n := corev1.Node{}
-		n.Name, n.Labels = name, labels
-		if ann != "" {
-			n.Annotations = map[string]string{names.PermittedAnnotation: ann}
-		}
-		n.Status.Capacity = corev1.ResourceList{}
-		for _, r := range res {
-			n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("1")
-		}
-		return n
-	}
+	node := capacityNode
 	nodes := []corev1.Node{
 		// Published, and advertised: taken as published (two selectors for one name is fine for KubeVirt).
 		node("a", kv, `{"pciHostDevices":[{"pciVendorSelector":"10DE:2B85","resourceName":"nvidia.com/GB202"},`+
@@ -181,31 +205,11 @@ func TestPermittedPrefersPublishedAndTrustsOnlyNVIDIA(t *testing.T) {
 // A resource name the CR already permits to someone else (KubeVirt's own
 // plugin, say) is left to them: not taken over, and so never removed.
 func TestKubeVirtLeavesResourcesOthersPermit(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ctx := context.Background()
-	ensureNamespace(t, c, "kubevirt-own")
-	cr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-		"metadata": map[string]any{"name": "kubevirt", "namespace": "kubevirt-own"},
-		"spec": map[string]any{"configuration": map[string]any{"permittedHostDevices": map[string]any{
-			"pciHostDevices": []any{map[string]any{"pciVendorSelector": "10DE:1EB8", "resourceName": "nvidia.com/TU104GL_TESLA_T4"}}}}},
-	}}
-	require.NoError(t, c.Create(ctx, cr))
-	t.Cleanup(func() { _ = c.Delete(ctx, cr) })
-	setPolicy(t, c, sandboxOn("vm-passthrough"))
-	startOperator(t, newClock())
+	c, get := startKubeVirtTest(t, "kubevirt-own", permittedPCI("10DE:1EB8", "nvidia.com/TU104GL_TESLA_T4"), "vm-passthrough")
 	newNode(t, c, "kv-t4", nil)
 	newNode(t, c, "kv-a10b", nil)
 	setCapacity(t, c, "kv-t4", map[string]int64{"nvidia.com/TU104GL_TESLA_T4": 1})
 	setCapacity(t, c, "kv-a10b", map[string]int64{"nvidia.com/GA102GL_A10": 1})
-	get := func() *unstructured.Unstructured {
-		got := &unstructured.Unstructured{}
-		got.SetAPIVersion("kubevirt.io/v1")
-		got.SetKind("KubeVirt")
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "kubevirt-own", Name: "kubevirt"}, got))
-		return got
-	}
 	testutil.Eventually(t, wait, "the A10 added next to the user's T4", func() bool {
 		return assert.ObjectsAreEqual([]string{"nvidia.com/TU104GL_TESLA_T4", "nvidia.com/GA102GL_A10"}, resourceNames(t, get(), "pciHostDevices"))
 	})
@@ -226,13 +230,8 @@ func TestKubeVirtLeavesResourcesOthersPermit(t *testing.T) {
 func TestKubeVirtWakesOnlyOnPermittedChanges(t *testing.T) {
 	p := permittedChanged()
 	node := func(labels map[string]string, res ...string) *corev1.Node {
-		n := &corev1.Node{}
-		n.Name, n.Labels = "gpu-1", labels
-		n.Status.Capacity = corev1.ResourceList{}
-		for _, r := range res {
-			n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("1")
-		}
-		return n
+		n := capacityNode("gpu-1", labels, "", res...)
+		return &n
 	}
 	gpu := map[string]string{names.GPUPresentLabel: "true"}
 	deployed := map[string]string{names.GPUPresentLabel: "true", names.DeployLabel(names.VFIOManager): "true"}

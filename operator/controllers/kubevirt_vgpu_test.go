@@ -1,15 +1,12 @@
 package controllers
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
@@ -29,18 +26,7 @@ const (
 // apart, and a VF's device id is not in it).
 func TestPermittedVGPUNeedsThePublishedEntry(t *testing.T) {
 	kv := map[string]string{names.GPUPresentLabel: "true", names.DeployLabel(names.KubeVirtDevicePlugin): "true"}
-	node := func(name, ann string, res ...string) corev1.Node {
-		n := corev1.Node{}
-		n.Name, n.Labels = name, kv
-		if ann != "" {
-			n.Annotations = map[string]string{names.PermittedAnnotation: ann}
-		}
-		n.Status.Capacity = corev1.ResourceList{}
-		for _, r := range res {
-			n.Status.Capacity[corev1.ResourceName(r)] = resource.MustParse("2")
-		}
-		return n
-	}
+	node := func(name, ann string, res ...string) corev1.Node { return capacityNode(name, kv, ann, res...) }
 	pci, mdev, problems := Permitted([]corev1.Node{
 		node("mdev", publishedMdev, "nvidia.com/NVIDIA_A10-4Q"),
 		node("sriov", publishedSRIOV, "nvidia.com/NVIDIA_L40S-24Q"),
@@ -62,39 +48,14 @@ func TestPermittedVGPUNeedsThePublishedEntry(t *testing.T) {
 // devices; a node that has not published yet adds nothing until it does;
 // each node's SandboxGPUNode counts its vGPUs of either kind.
 func TestKubeVirtVGPUEntriesOfBothKinds(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ctx := context.Background()
-	ensureNamespace(t, c, "kubevirt-vgpu")
-	cr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-		"metadata": map[string]any{"name": "kubevirt", "namespace": "kubevirt-vgpu"},
-		"spec":     map[string]any{"configuration": map[string]any{}},
-	}}
-	require.NoError(t, c.Create(ctx, cr))
-	t.Cleanup(func() { _ = c.Delete(ctx, cr) })
-	get := func() *unstructured.Unstructured {
-		got := &unstructured.Unstructured{}
-		got.SetAPIVersion("kubevirt.io/v1")
-		got.SetKind("KubeVirt")
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "kubevirt-vgpu", Name: "kubevirt"}, got))
-		return got
-	}
+	c, get := startKubeVirtTest(t, "kubevirt-vgpu", map[string]any{}, v1alpha1.WorkloadVMVGPU)
 	gates := func() []string {
 		g, _, _ := unstructured.NestedStringSlice(get().Object, "spec", "configuration", "developerConfiguration", "featureGates")
 		return g
 	}
-	publish := func(node, ann string) { // as the validator does: a merge patch
-		n := getNode(t, c, node)
-		patch := client.MergeFrom(n.DeepCopy())
-		n.Annotations = map[string]string{names.PermittedAnnotation: ann}
-		require.NoError(t, c.Patch(ctx, n, patch))
-	}
-	setPolicy(t, c, sandboxOn(v1alpha1.WorkloadVMVGPU))
-	startOperator(t, newClock())
 
 	newNode(t, c, "kvg-sriov", nil)
-	publish("kvg-sriov", publishedSRIOV)
+	publishPermitted(t, c, "kvg-sriov", publishedSRIOV)
 	setCapacity(t, c, "kvg-sriov", map[string]int64{"nvidia.com/NVIDIA_L40S-24Q": 2})
 	testutil.Eventually(t, wait, "the VF vGPU as a PCI entry", func() bool {
 		return assert.ObjectsAreEqual([]string{"nvidia.com/NVIDIA_L40S-24Q"}, resourceNames(t, get(), "pciHostDevices"))
@@ -105,7 +66,7 @@ func TestKubeVirtVGPUEntriesOfBothKinds(t *testing.T) {
 	assert.Equal(t, map[string]any{"pciVendorSelector": "10DE:26B9", "resourceName": "nvidia.com/NVIDIA_L40S-24Q", "externalResourceProvider": true}, pci[0])
 
 	newNode(t, c, "kvg-mdev", nil)
-	publish("kvg-mdev", publishedMdev)
+	publishPermitted(t, c, "kvg-mdev", publishedMdev)
 	setCapacity(t, c, "kvg-mdev", map[string]int64{"nvidia.com/NVIDIA_A10-4Q": 6})
 	newNode(t, c, "kvg-waiting", nil)
 	setCapacity(t, c, "kvg-waiting", map[string]int64{"nvidia.com/NVIDIA_L40S-12Q": 4})
@@ -118,7 +79,7 @@ func TestKubeVirtVGPUEntriesOfBothKinds(t *testing.T) {
 	assert.Equal(t, `["mdev|nvidia.com/NVIDIA_A10-4Q|NVIDIA A10-4Q","pci|nvidia.com/NVIDIA_L40S-24Q|10DE:26B9"]`, get().GetAnnotations()[names.ManagedPermittedAnnotation])
 	assert.Equal(t, 1, countOf(gates(), MDEVGate), "the gate once")
 
-	publish("kvg-waiting", `{"pciHostDevices":[{"pciVendorSelector":"10DE:26B9","resourceName":"nvidia.com/NVIDIA_L40S-12Q"}]}`)
+	publishPermitted(t, c, "kvg-waiting", `{"pciHostDevices":[{"pciVendorSelector":"10DE:26B9","resourceName":"nvidia.com/NVIDIA_L40S-12Q"}]}`)
 	testutil.Eventually(t, wait, "its entry once published", func() bool {
 		return assert.ObjectsAreEqual([]string{"nvidia.com/NVIDIA_L40S-12Q", "nvidia.com/NVIDIA_L40S-24Q"}, resourceNames(t, get(), "pciHostDevices"))
 	})

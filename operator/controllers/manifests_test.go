@@ -16,12 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 // readManifests decodes every document of the given files under manifests/.
@@ -46,6 +43,15 @@ func readManifests(t *testing.T, files ...string) []*unstructured.Unstructured {
 		}
 	}
 	return out
+}
+
+// applyOperatorManifests applies the shipped operator manifests (the
+// namespace, RBAC and the admission policy among them) as the tests' owner.
+func applyOperatorManifests(t *testing.T, c client.Client) {
+	t.Helper()
+	for _, o := range readManifests(t, "operator/operator.yaml") {
+		require.NoError(t, c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
+	}
 }
 
 func TestManifestsApply(t *testing.T) {
@@ -103,45 +109,20 @@ func TestPolicyValidation(t *testing.T) {
 func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
-	ctx := context.Background()
-	for _, o := range readManifests(t, "operator/operator.yaml") {
-		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
-	}
+	applyOperatorManifests(t, c)
 	newNode(t, c, "vap-a", nil)
 	newNode(t, c, "vap-b", nil)
-	cfg := rest.CopyConfig(testCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-validator",
-		Groups: []string{"system:serviceaccounts", "system:authenticated"},
-		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"vap-a"}}}
-	daemon, err := client.New(cfg, client.Options{Scheme: testScheme})
-	require.NoError(t, err)
+	daemon := daemonClient(t, names.Validator, "vap-a")
 	label := func(name string) error {
-		n := &corev1.Node{}
-		if err := daemon.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		n.Labels["sandbox-gpu.io/probe"] = "x"
-		return daemon.Patch(ctx, n, patch)
+		return patchNode(daemon, name, func(n *corev1.Node) { n.Labels["sandbox-gpu.io/probe"] = "x" })
 	}
 	// The policy takes effect once the API server has loaded it.
-	testutil.Eventually(t, wait, "the admission policy denies another node", func() bool {
-		err := label("vap-b")
-		return err != nil && strings.Contains(err.Error(), "only their own Node")
-	})
+	waitOwnNodeOnly(t, "the admission policy denies another node", func() error { return label("vap-b") })
 	require.NoError(t, label("vap-a"), "its own node is fine")
 
 	// On its own Node: the validator's annotation is fine; anything that
 	// would change scheduling or the workload is not.
-	change := func(mutate func(n *corev1.Node)) error {
-		n := &corev1.Node{}
-		if err := daemon.Get(ctx, client.ObjectKey{Name: "vap-a"}, n); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		mutate(n)
-		return daemon.Patch(ctx, n, patch)
-	}
+	change := func(mutate func(n *corev1.Node)) error { return patchNode(daemon, "vap-a", mutate) }
 	require.NoError(t, change(func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
@@ -174,30 +155,14 @@ func TestDiscoveryAgentMayChangeOnlyItsGPULabels(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	ctx := context.Background()
-	for _, o := range readManifests(t, "operator/operator.yaml") {
-		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
-	}
+	applyOperatorManifests(t, c)
 	newNode(t, c, "disc-vap-a", nil)
 	newNode(t, c, "disc-vap-b", nil)
-	cfg := rest.CopyConfig(testCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:" + operands.DiscoveryServiceAccount,
-		Groups: []string{"system:serviceaccounts", "system:authenticated"},
-		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"disc-vap-a"}}}
-	agent, err := client.New(cfg, client.Options{Scheme: testScheme})
-	require.NoError(t, err)
-	change := func(node string, mutate func(n *corev1.Node)) error {
-		n := &corev1.Node{}
-		if err := agent.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		mutate(n)
-		return agent.Patch(ctx, n, patch)
-	}
+	agent := daemonClient(t, names.GPUDiscovery, "disc-vap-a")
+	change := func(node string, mutate func(n *corev1.Node)) error { return patchNode(agent, node, mutate) }
 	label := func(k, v string) func(n *corev1.Node) { return func(n *corev1.Node) { n.Labels[k] = v } }
-	testutil.Eventually(t, wait, "the admission policy denies the agent another node", func() bool {
-		err := change("disc-vap-b", label(names.GPUPresentLabel, "true"))
-		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	waitOwnNodeOnly(t, "the admission policy denies the agent another node", func() error {
+		return change("disc-vap-b", label(names.GPUPresentLabel, "true"))
 	})
 	require.NoError(t, change("disc-vap-a", func(n *corev1.Node) {
 		n.Labels[names.GPUPresentLabel] = "true"
@@ -231,6 +196,6 @@ func TestDiscoveryAgentMayChangeOnlyItsGPULabels(t *testing.T) {
 		require.Error(t, err, what)
 		assert.Contains(t, err.Error(), tc.want, what)
 	}
-	err = agent.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-vap-a"}})
+	err := agent.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "disc-vap-a"}})
 	require.Error(t, err, "no delete, not even of its own Node")
 }

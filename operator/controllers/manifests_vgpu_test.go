@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // The shipped admission policy and RBAC let the vGPU device manager (a node
@@ -28,28 +22,18 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	ctx := context.Background()
-	for _, o := range readManifests(t, "operator/operator.yaml") {
-		require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("manifests-test"), client.ForceOwnership))
-	}
+	applyOperatorManifests(t, c)
 	newNode(t, c, "vgpu-vap-a", map[string]string{names.VGPUConfigLabel: "A10-4Q", names.WorkloadConfigLabel: "vm-vgpu"})
 	newNode(t, c, "vgpu-vap-b", nil)
-	cfg := rest.CopyConfig(testCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sandbox-gpu:sandbox-gpu-vgpu-device-manager",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:sandbox-gpu", "system:authenticated"},
-		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {"vgpu-vap-a"}}}
-	daemon, err := client.New(cfg, client.Options{Scheme: testScheme})
-	require.NoError(t, err)
+	daemon := daemonClient(t, names.VGPUDeviceManager, "vgpu-vap-a")
 	// labels merge-patches the Node's labels as vgpu.Run does (a nil value
 	// removes the label).
 	labels := func(node string, l map[string]any) error {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": l}})
-		require.NoError(t, err)
-		return daemon.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, patch))
+		return mergePatchNode(t, daemon, node, map[string]any{"metadata": map[string]any{"labels": l}})
 	}
 	state := names.VGPUConfigStateLabel
-	testutil.Eventually(t, wait, "the admission policy denies another node", func() bool {
-		err := labels("vgpu-vap-b", map[string]any{state: "pending"})
-		return err != nil && strings.Contains(err.Error(), "only their own Node")
+	waitOwnNodeOnly(t, "the admission policy denies another node", func() error {
+		return labels("vgpu-vap-b", map[string]any{state: "pending"})
 	})
 	const (
 		ownNode   = "only their own Node"
@@ -89,9 +73,7 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 		if tc.ann != nil {
 			patch["annotations"] = tc.ann
 		}
-		raw, err := json.Marshal(map[string]any{"metadata": patch})
-		require.NoError(t, err)
-		err = daemon.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.node}}, client.RawPatch(types.MergePatchType, raw))
+		err := mergePatchNode(t, daemon, tc.node, map[string]any{"metadata": patch})
 		if tc.deny == "" {
 			assert.NoError(t, err, tc.what)
 			continue
@@ -113,7 +95,7 @@ func TestVGPUDeviceManagerMayWriteOnlyItsVGPUState(t *testing.T) {
 			Source: corev1.EventSource{Component: "vgpu-device-manager", Host: "vgpu-vap-a"}, FirstTimestamp: now, LastTimestamp: now, Count: 1})
 	}
 	require.NoError(t, event(metav1.NamespaceDefault))
-	err = event(metav1.NamespaceSystem)
+	err := event(metav1.NamespaceSystem)
 	require.Error(t, err, "events elsewhere")
 	assert.Contains(t, err.Error(), "forbidden")
 }

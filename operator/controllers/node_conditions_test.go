@@ -65,13 +65,8 @@ func hasCondition(st *v1alpha1.SandboxGPUNode, typ string, status metav1.Conditi
 // Each state of the state machine shows in the conditions, so that
 // `kubectl wait --for=condition=Ready sandboxgpunode/<node>` works.
 func TestNodeConditionsFollowTheStateMachine(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
-		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
-	})
 	clk := newClock()
-	startOperator(t, clk)
+	c := startTest(t, clk, "container", drainAfter(time.Minute))
 	newNode(t, c, "c-walk", map[string]string{names.WorkloadConfigLabel: "container"})
 
 	st := waitState(t, c, "c-walk", "configuring", func(s *v1alpha1.SandboxGPUNode) bool {

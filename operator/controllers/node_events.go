@@ -95,15 +95,23 @@ func (rep *nodeReport) queued(from, to string, changing, limit int) {
 // releasing: the operand that made the old config's host state gave way to
 // its release.
 func (rep *nodeReport) releasing(from, to, rel string) {
-	what := "the GPUs go back to their host drivers"
-	if rel == names.VGPUDeviceManager {
-		what = "its vGPUs are removed and the SR-IOV VFs disabled"
-	}
+	what, _ := releaseWork(rel)
 	if to == "" {
 		rep.add(false, EventReleasing, "Release", fmt.Sprintf("Node %s is being uninstalled: %s leaves, %s (never one in use).", rep.node, from, what))
 		return
 	}
 	rep.add(false, EventReleasing, "Release", fmt.Sprintf("Node %s leaves %s for %s: %s (never one in use) before the operands of %s start.", rep.node, from, to, what, to))
+}
+
+// releaseWork says what the release rel does on the node, while it runs
+// and once it is done: the vGPU device manager's removes the vGPUs and
+// disables the VFs, the VFIO manager's gives the GPUs back to their host
+// drivers.
+func releaseWork(rel string) (doing, done string) {
+	if rel == names.VGPUDeviceManager {
+		return "its vGPUs are removed and the SR-IOV VFs disabled", "every vGPU is removed and the SR-IOV VFs disabled"
+	}
+	return "the GPUs go back to their host drivers", "every GPU is back on its host driver"
 }
 
 func (rep *nodeReport) releaseRefused(from, rel, why string) {
@@ -121,10 +129,7 @@ func (rep *nodeReport) releaseTimedOut(from string, timeout time.Duration, rel, 
 }
 
 func (rep *nodeReport) released(from, to, rel string) {
-	what := "every GPU is back on its host driver"
-	if rel == names.VGPUDeviceManager {
-		what = "every vGPU is removed and the SR-IOV VFs disabled"
-	}
+	_, what := releaseWork(rel)
 	if to == "" {
 		rep.add(false, EventReleased, "Release", fmt.Sprintf("Node %s released %s: %s.", rep.node, from, what))
 		return

@@ -53,13 +53,8 @@ func moreReconciles(t *testing.T, n float64, do ...func()) {
 // A whole walk through the state machine: one event per step, however
 // often the node is reconciled in between.
 func TestEventsOncePerTransition(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
-		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
-	})
 	clk := newClock()
-	startOperator(t, clk)
+	c := startTest(t, clk, "container", drainAfter(time.Minute))
 	const node = "e-walk"
 	newNode(t, c, node, map[string]string{names.WorkloadConfigLabel: "container"})
 	waitEvent(t, c, node, EventConfiguring, 1)
@@ -132,10 +127,7 @@ func TestEventsOncePerTransition(t *testing.T) {
 // With drain.evict, each GPU pod is evicted once, with an event related to
 // the pod; the pod being on its way out is not evicted again.
 func TestEvictionEventsOncePerPod(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
 	const node = "e-evict"
 	newNode(t, c, node, map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, node, "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })

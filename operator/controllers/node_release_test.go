@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
@@ -66,10 +65,7 @@ func readyNode(t *testing.T, c client.Client, node, config string, extra map[str
 // pod is Ready; then the release label and report go and the new config's
 // operands start.
 func TestReleaseBeforeTheNextConfig(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	readyNode(t, c, "n-leave", "vm-passthrough", nil, names.VFIOManager, names.KubeVirtDevicePlugin, names.Validator)
 
 	setNodeLabel(t, c, "n-leave", names.WorkloadConfigLabel, "container")
@@ -153,13 +149,8 @@ func TestVGPUReleaseKeepsTheHostDriver(t *testing.T) {
 // the drain timeout fails the node (ReleaseTimedOut, a Warning event); it
 // goes on once the release is done.
 func TestReleaseTimeoutFailsTheNode(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
-		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
-	})
 	clk := newClock()
-	startOperator(t, clk)
+	c := startTest(t, clk, "container", drainAfter(time.Minute))
 	readyNode(t, c, "n-rel-stuck", "vm-passthrough", nil, names.VFIOManager, names.KubeVirtDevicePlugin, names.Validator)
 	setNodeLabel(t, c, "n-rel-stuck", names.WorkloadConfigLabel, "container")
 	waitState(t, c, "n-rel-stuck", "releasing", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReleasing })

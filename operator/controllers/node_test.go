@@ -135,11 +135,27 @@ func sandboxOn(def string) v1alpha1.SandboxWorkloads {
 	return v1alpha1.SandboxWorkloads{Enabled: true, Mode: v1alpha1.ModeKubeVirt, DefaultWorkload: def}
 }
 
-func TestEachWorkloadConfig(t *testing.T) {
+// startTest readies a test of the operator on the API server: the operand
+// namespace (as an install has it), the policy with sandbox workloads on
+// (def the default config, mutate changing the rest of its spec) and the
+// operator running on clk. It returns the test's client.
+func startTest(t *testing.T, clk *clock, def string, mutate ...func(*v1alpha1.SandboxGPUPolicySpec)) client.Client {
+	t.Helper()
 	needEnv(t)
 	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	ensureNamespace(t, c, operandNS)
+	setPolicy(t, c, sandboxOn(def), mutate...)
+	startOperator(t, clk)
+	return c
+}
+
+// drainAfter sets the policy's drain timeout to d.
+func drainAfter(d time.Duration) func(*v1alpha1.SandboxGPUPolicySpec) {
+	return func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Timeout = &metav1.Duration{Duration: d} }
+}
+
+func TestEachWorkloadConfig(t *testing.T) {
+	c := startTest(t, newClock(), "container")
 	cases := map[string]struct {
 		label    string
 		config   string
@@ -176,10 +192,7 @@ func TestEachWorkloadConfig(t *testing.T) {
 }
 
 func TestInvalidLabelFallsBackAndIsReported(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("vm-passthrough"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "vm-passthrough")
 	newNode(t, c, "n-bogus", map[string]string{names.WorkloadConfigLabel: "vm-passthru"})
 	st := waitState(t, c, "n-bogus", "configured", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig != "" })
 	assert.Equal(t, "vm-passthrough", st.Status.WorkloadConfig, "the policy default")
@@ -200,10 +213,7 @@ func TestInvalidLabelFallsBackAndIsReported(t *testing.T) {
 }
 
 func TestPolicyDefaultChangeMovesUnlabelledNodes(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	newNode(t, c, "n-follow", nil)
 	newNode(t, c, "n-pinned", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-follow", "container", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
@@ -249,13 +259,8 @@ func TestTransitionDrainsAndResumesAfterRestart(t *testing.T) {
 }
 
 func TestDrainTimeoutFailsTheNode(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
-		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
-	})
 	clk := newClock()
-	startOperator(t, clk)
+	c := startTest(t, clk, "container", drainAfter(time.Minute))
 	newNode(t, c, "n-stuck", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-stuck", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	gpuPod(t, c, "n-stuck", "nvidia.com/gpu")
@@ -271,10 +276,7 @@ func TestDrainTimeoutFailsTheNode(t *testing.T) {
 // A node that goes takes its state with it; a new node of the same name
 // starts afresh.
 func TestNodeDeletionRemovesItsState(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-gone", Labels: map[string]string{
 		"feature.node.kubernetes.io/pci-10de.present": "true", names.WorkloadConfigLabel: "vm-passthrough"}}}
 	require.NoError(t, c.Create(context.Background(), n))
@@ -310,10 +312,7 @@ func reconciles(t testing.TB, controller string) float64 {
 
 // Once nodes are ready, reconciling them again writes nothing.
 func TestSteadyStateWritesNothing(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	newNode(t, c, "n-steady", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	readyOperands(t, c, "n-steady", names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager)
 	st := waitState(t, c, "n-steady", "ready", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReady })
@@ -333,10 +332,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 // With drain.evict the GPU users of the old config are evicted (the
 // eviction API, so PodDisruptionBudgets apply).
 func TestDrainEvictsWhenThePolicySaysSo(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", func(s *v1alpha1.SandboxGPUPolicySpec) { s.Drain.Evict = true })
 	newNode(t, c, "n-evict", map[string]string{names.WorkloadConfigLabel: "container"})
 	waitState(t, c, "n-evict", "applied", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.AppliedConfig == "container" })
 	pod := gpuPod(t, c, "n-evict", "nvidia.com/gpu")

@@ -26,10 +26,7 @@ func vgpuManagerOn(s *v1alpha1.SandboxGPUPolicySpec) {
 // ready there (it enables the VFs itself); the node is ready when all four
 // are.
 func TestVMVGPUNodeStartsTheDeviceManagerAfterTheHostDriver(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn(v1alpha1.WorkloadContainer), vgpuManagerOn)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), v1alpha1.WorkloadContainer, vgpuManagerOn)
 	newNode(t, c, "n-vgpu-staged", map[string]string{names.WorkloadConfigLabel: v1alpha1.WorkloadVMVGPU})
 	st := waitState(t, c, "n-vgpu-staged", "configuring", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateConfiguring })
 	assert.ElementsMatch(t, []string{names.VGPUManager, names.KubeVirtDevicePlugin, names.Validator}, deployLabels(getNode(t, c, "n-vgpu-staged")))

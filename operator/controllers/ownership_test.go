@@ -35,11 +35,7 @@ func policyObject(t *testing.T) *v1alpha1.SandboxGPUPolicy {
 // the owner references are what is checked here; the cluster suite sees
 // the cascade.
 func TestThePolicyOwnsDaemonSetsAndNodeStates(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ensureNamespace(t, c, operandNS)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	newNode(t, c, "own-a", nil)
 	st := waitState(t, c, "own-a", "created", func(*v1alpha1.SandboxGPUNode) bool { return true })
 	p := policyObject(t)
@@ -108,11 +104,8 @@ func TestStateOwnedByTheNodeIsAdopted(t *testing.T) {
 // from the (simulated) host, and the operator then manages it as a GPU
 // node; a CPU-only node stays untouched.
 func TestDiscoveredNodeIsAGPUNode(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
+	c := startTest(t, newClock(), "container")
 	ctx := context.Background()
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
 	cs, err := kubernetes.NewForConfig(testCfg)
 	require.NoError(t, err)
 	for _, n := range []string{"disc-a10", "disc-cpu"} {

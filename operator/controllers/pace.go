@@ -84,19 +84,12 @@ func (p *pacer) handler(fn handler.MapFunc) handler.EventHandler {
 // updates of its status alone: the policy reconciler's own status writes,
 // frequent while nodes change, do not start it again.
 func policyChangedBesidesStatus() predicate.Funcs {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*v1alpha1.SandboxGPUPolicy)
-			n, ok2 := e.ObjectNew.(*v1alpha1.SandboxGPUPolicy)
-			if !ok1 || !ok2 {
-				return true
-			}
-			om, nm := o.ObjectMeta.DeepCopy(), n.ObjectMeta.DeepCopy()
-			om.ResourceVersion, nm.ResourceVersion = "", ""
-			om.ManagedFields, nm.ManagedFields = nil, nil
-			return o.Generation != n.Generation || !equality.Semantic.DeepEqual(om, nm) || !equality.Semantic.DeepEqual(o.Spec, n.Spec)
-		},
-	}
+	return policyUpdates(func(o, n *v1alpha1.SandboxGPUPolicy) bool {
+		om, nm := o.ObjectMeta.DeepCopy(), n.ObjectMeta.DeepCopy()
+		om.ResourceVersion, nm.ResourceVersion = "", ""
+		om.ManagedFields, nm.ManagedFields = nil, nil
+		return o.Generation != n.Generation || !equality.Semantic.DeepEqual(om, nm) || !equality.Semantic.DeepEqual(o.Spec, n.Spec)
+	})
 }
 
 // policyIntentChanged passes the policy's creation and deletion and the
@@ -104,6 +97,15 @@ func policyChangedBesidesStatus() predicate.Funcs {
 // spec (a new generation) or its deletion. Status writes, the policy
 // reconciler's own and frequent, pass not: each would reconcile every node.
 func policyIntentChanged() predicate.Funcs {
+	return policyUpdates(func(o, n *v1alpha1.SandboxGPUPolicy) bool {
+		return o.Generation != n.Generation || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+	})
+}
+
+// policyUpdates passes every event of the policy but the updates that
+// changed, given the policy before and after one, answers false for. An
+// update whose old or new object is not a policy passes.
+func policyUpdates(changed func(o, n *v1alpha1.SandboxGPUPolicy) bool) predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*v1alpha1.SandboxGPUPolicy)
@@ -111,7 +113,7 @@ func policyIntentChanged() predicate.Funcs {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return o.Generation != n.Generation || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+			return changed(o, n)
 		},
 	}
 }

@@ -98,9 +98,7 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	clearNodes(t, c)
-	setPolicy(t, c, sandboxOn("container"), func(s *v1alpha1.SandboxGPUPolicySpec) {
-		s.Drain.Timeout = &metav1.Duration{Duration: time.Minute}
-	})
+	setPolicy(t, c, sandboxOn("container"), drainAfter(time.Minute))
 	clk := newClock()
 	// The operand DaemonSets go to a namespace that does not exist.
 	op := startOperatorWith(t, clk, operatorConfig{policyNamespace: "no-such-namespace"})

@@ -34,11 +34,7 @@ func daemonSets(t *testing.T, c client.Client) map[string]appsv1.DaemonSet {
 }
 
 func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ensureNamespace(t, c, operandNS)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	want := []string{names.KubeVirtDevicePlugin, names.KataDevicePlugin, names.NRIPlugin, names.NVIDIADevicePlugin, names.Validator, names.VFIOManager, names.VGPUDeviceManager, names.GPUDiscovery,
 		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 	testutil.Eventually(t, wait, "operand DaemonSets", func() bool { return len(daemonSets(t, c)) == len(want) })
@@ -97,10 +93,7 @@ func TestOperandDaemonSetsFollowThePolicy(t *testing.T) {
 }
 
 func TestPolicyStatusCountsNodes(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"))
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container")
 	newNode(t, c, "s-a", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	newNode(t, c, "s-b", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	readyOperands(t, c, "s-a", workload.Operands("vm-passthrough", &v1alpha1.SandboxGPUPolicy{Spec: v1alpha1.SandboxGPUPolicySpec{SandboxWorkloads: sandboxOn("container")}})...)

@@ -29,12 +29,8 @@ func vgpuConfigMap(c client.Client) (*corev1.ConfigMap, error) {
 // back when edited; naming one's own removes it and points the vGPU device
 // manager there.
 func TestDefaultVGPUConfigMap(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
+	c := startTest(t, newClock(), v1alpha1.WorkloadVMVGPU)
 	ctx := context.Background()
-	ensureNamespace(t, c, operandNS)
-	setPolicy(t, c, sandboxOn(v1alpha1.WorkloadVMVGPU))
-	startOperator(t, newClock())
 	var cm *corev1.ConfigMap
 	testutil.Eventually(t, wait, "the default vGPU ConfigMap", func() bool {
 		var err error
@@ -102,11 +98,7 @@ func waitPolicyObserved(t *testing.T, c client.Client) {
 // driver version with the vm-vgpu nodes' OS (NFD's os_release labels)
 // appended, following the nodes.
 func TestVGPUManagerImageFollowsTheNodesOS(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	ensureNamespace(t, c, operandNS)
-	setPolicy(t, c, sandboxOn(v1alpha1.WorkloadContainer), vgpuManagerOn)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), v1alpha1.WorkloadContainer, vgpuManagerOn)
 	image := func() string {
 		ds, ok := daemonSets(t, c)[names.VGPUManager]
 		if !ok {

@@ -192,10 +192,7 @@ func (n *simNode) vfioCrashed() bool {
 // Every time the node converges to the same final state, with no
 // simulator violation.
 func TestNodeDaemonKilledAtEveryWrite(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 
 	t.Run("vfio", func(t *testing.T) {
 		n := startSimNode(t, c, "kill-vfio", "workstation", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
@@ -275,10 +272,7 @@ func TestNodeDaemonKilledAtEveryWrite(t *testing.T) {
 // manager must not move the GPU a VM pod holds), while releasing and
 // while configuring. The node converges.
 func TestNodeDaemonsKilledAtEachStep(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 	n := startSimNode(t, c, "kill-steps", "hgx-h100", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 	killAll := func(step string) {

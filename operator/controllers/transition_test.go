@@ -52,10 +52,7 @@ var matrix = []matrixCell{
 //     follows (old resources gone, new ones there); no write a real kernel
 //     would have turned into lost work.
 func TestTransitionMatrix(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 	for i, cell := range matrix {
 		t.Run(cell.from+"-to-"+cell.to, func(t *testing.T) {
 			t.Parallel()

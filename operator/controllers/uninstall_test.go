@@ -50,10 +50,7 @@ func (b *syncBuffer) String() string {
 // removes the finalizer; the held GPU is still on vfio-pci, untouched.
 // The released nodes have no deploy, release or vGPU state label left.
 func TestUninstallReturnsEveryGPU(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 	hgx := startSimNode(t, c, "un-hgx", "hgx-h100", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	l40s := startSimNode(t, c, "un-l40s", "l40s-vgpu", map[string]string{names.WorkloadConfigLabel: "vm-vgpu", names.VGPUConfigLabel: "L40S-24Q"})
 	ctr := startSimNode(t, c, "un-ctr", "a10", map[string]string{names.WorkloadConfigLabel: "container"})
@@ -150,10 +147,7 @@ func TestUninstallReturnsEveryGPU(t *testing.T) {
 // every node and removes its finalizer itself; the hook ends before its
 // timeout with every node released and the GPUs back on nvidia.
 func TestUninstallWithNothingInUse(t *testing.T) {
-	needEnv(t)
-	c := testClient(t)
-	setPolicy(t, c, sandboxOn("container"), sandboxOnAll)
-	startOperator(t, newClock())
+	c := startTest(t, newClock(), "container", sandboxOnAll)
 	n := startSimNode(t, c, "un-free", "a10", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 	testutil.Eventually(t, agentWait, "the finalizer", func() bool {

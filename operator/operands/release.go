@@ -64,12 +64,7 @@ func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Optio
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", fmt.Sprintf("--health-addr=:%d", VGPUReleasePort)}
-	spec.HostPID = true
-	hostRoots(ds, o, true, func() {
-		mount(ds, "sys", "/sys", false)
-		mount(ds, "dev", "/dev", false)
-	})
-	mount(ds, "run", names.RunDir, false)
+	vgpuHost(ds, o)
 	mount(ds, "pod-resources", PodResourcesDir, true)
 	probe(c, "/readyz", VGPUReleasePort)
 }

@@ -60,17 +60,24 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 	}
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
-	spec.HostPID = true
-	hostRoots(ds, o, true, func() {
-		mount(ds, "sys", "/sys", false)
-		mount(ds, "dev", "/dev", false)
-	})
-	mount(ds, "run", names.RunDir, false)
+	vgpuHost(ds, o)
 	mount(ds, "pod-resources", PodResourcesDir, false)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: VGPUConfigDir, ReadOnly: true})
 	probe(c, "/readyz", VGPUDeviceManagerPort)
+}
+
+// vgpuHost shapes what the vGPU device manager and its release share of
+// the host: its processes' open files (host PID namespace), sysfs and /dev
+// writable, and the run folder for the pause and ready files.
+func vgpuHost(ds *appsv1.DaemonSet, o Options) {
+	ds.Spec.Template.Spec.HostPID = true
+	hostRoots(ds, o, true, func() {
+		mount(ds, "sys", "/sys", false)
+		mount(ds, "dev", "/dev", false)
+	})
+	mount(ds, "run", names.RunDir, false)
 }
 
 // vgpuManager shapes NVIDIA's vGPU host driver container (vgpu-manager,
