@@ -24,6 +24,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 
 // Options configure an Agent.
@@ -75,15 +76,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_discovery_node_patches_total",
 			Help: "Writes to the own Node's labels by result (ok, failed)."}, []string{"result"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.gpus, m.scans, m.patches} {
-		if err := reg.Register(c); err != nil {
-			return m, fmt.Errorf("discovery: register metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, promreg.Register(reg, "discovery", m.gpus, m.scans, m.patches)
 }
 
 // New validates the options.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 
 type metrics struct {
@@ -24,12 +25,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		connections: prometheus.NewCounter(prometheus.CounterOpts{Name: "sandbox_gpu_nri_runtime_connections_total",
 			Help: "Connections made to the runtime (reconnects after runtime restarts included)"}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.outcomes, m.latency, m.missing, m.connections} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := promreg.Register(reg, "nri-gpu-plugin", m.outcomes, m.latency, m.missing, m.connections); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
@@ -88,15 +89,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_validator_node_patches_total",
 			Help: "Writes to the own Node by result (ok, failed)."}, []string{"result"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.ready, m.problems, m.checks, m.patches} {
-		if err := reg.Register(c); err != nil {
-			return m, fmt.Errorf("validator: register metrics: %w", err)
-		}
-	}
-	return m, nil
+	return m, promreg.Register(reg, "validator", m.ready, m.problems, m.checks, m.patches)
 }
 
 // New validates the options.

@@ -20,6 +20,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 
 // DaemonOptions configure a Daemon.
@@ -115,10 +116,8 @@ func NewDaemon(opts DaemonOptions) (*Daemon, error) {
 			Help: "Selected functions by state after the last reconcile (vfio, refused)."}, []string{"state"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_vfio_ready", Help: "1 when the node is ready."}),
 	}
-	for _, c := range []prometheus.Collector{d.metrics.reconciles, d.metrics.functions, d.metrics.ready} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("daemon: register metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "daemon", d.metrics.reconciles, d.metrics.functions, d.metrics.ready); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 
 // KubeletSocketName is the kubelet's registration socket in the plugin dir.
@@ -85,10 +86,8 @@ func NewManager(opts Options) (*Manager, error) {
 		opts.MaxRestartBackoff = max(10*time.Second, opts.RestartBackoff)
 	}
 	m := &Manager{opts: opts, servers: map[string]*server{}, retry: make(chan struct{}, 1), restart: make(chan struct{}, 1), metrics: newMetrics()}
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(collector{m}); err != nil {
-			return nil, fmt.Errorf("deviceplugin: register metrics: %w", err)
-		}
+	if err := promreg.Register(opts.Registerer, "deviceplugin", collector{m}); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

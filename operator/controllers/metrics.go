@@ -3,11 +3,11 @@ package controllers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -61,10 +61,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		byNode: map[string]nodeKey{},
 		counts: map[nodeKey]int{},
 	}
-	for _, c := range []prometheus.Collector{m.nodes, m.transitions, m.errors, m.releases} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register the operator's metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "operator", m.nodes, m.transitions, m.errors, m.releases); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
