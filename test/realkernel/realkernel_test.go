@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 const (
@@ -144,7 +146,7 @@ func checkSharedGroup(t *testing.T, con *console) {
 		bind := con.step(t, "edu-bind")
 		ch := requireRefused(t, bind, shared, "group")
 		for _, a := range ch.Actions {
-			if a.Address == shared || a.Address == nic {
+			if string(a.Address) == shared || string(a.Address) == nic {
 				t.Errorf("action on the refused group: %+v", a)
 			}
 		}
@@ -195,9 +197,9 @@ func checkNoIOMMU(t *testing.T, con *console) {
 }
 
 // requireStatusDevice checks that status lists addr as sysfs shows it, in an IOMMU group.
-func requireStatusDevice(t *testing.T, st *stepResult, s statusJSON, addr string) {
+func requireStatusDevice(t *testing.T, st *stepResult, s vfio.StatusReport, addr string) {
 	t.Helper()
-	d, ok := s.device(addr)
+	d, ok := statusDevice(s, addr)
 	sys := st.after.devices[addr]
 	switch {
 	case !ok:
@@ -233,44 +235,15 @@ func roundTrip(t *testing.T, con *console, bindStep, unbindStep, addr, hostDrive
 	}
 }
 
-// statusJSON is `vfio-manager status --output json`.
-type statusJSON struct {
-	IOMMU struct {
-		Enabled bool `json:"enabled"`
-	} `json:"iommu"`
-	Devices []statusDevice `json:"devices"`
-}
-
-type statusDevice struct {
-	Address    string `json:"address"`
-	Vendor     string `json:"vendor"`
-	Device     string `json:"device"`
-	Class      string `json:"class"`
-	Driver     string `json:"driver"`
-	IOMMUGroup *int   `json:"iommuGroup"`
-	Role       string `json:"role"`
-}
-
-func (s statusJSON) device(addr string) (statusDevice, bool) {
+// statusDevice finds addr in `vfio-manager status --output json`, decoded into the VFIO
+// manager's own report types (whose JSON keys vfio/cli's tests pin to the contract).
+func statusDevice(s vfio.StatusReport, addr string) (vfio.DeviceReport, bool) {
 	for _, d := range s.Devices {
 		if d.Address == addr {
 			return d, true
 		}
 	}
-	return statusDevice{}, false
-}
-
-// changeJSON is the JSON of plan, bind and unbind.
-type changeJSON struct {
-	Actions []struct {
-		Address string `json:"address"`
-		From    string `json:"from"`
-		To      string `json:"to"`
-	} `json:"actions"`
-	Refused []struct {
-		Address string `json:"address"`
-		Reason  string `json:"reason"`
-	} `json:"refused"`
+	return vfio.DeviceReport{}, false
 }
 
 func (c *console) step(t *testing.T, name string) *stepResult {
@@ -282,16 +255,16 @@ func (c *console) step(t *testing.T, name string) *stepResult {
 	return st
 }
 
-func decodeStatus(t *testing.T, st *stepResult, wantRC int) statusJSON {
+func decodeStatus(t *testing.T, st *stepResult, wantRC int) vfio.StatusReport {
 	t.Helper()
-	var s statusJSON
+	var s vfio.StatusReport
 	decodeStep(t, st, wantRC, &s)
 	return s
 }
 
-func decodeChange(t *testing.T, st *stepResult, wantRC int) changeJSON {
+func decodeChange(t *testing.T, st *stepResult, wantRC int) vfio.ChangeReport {
 	t.Helper()
-	var c changeJSON
+	var c vfio.ChangeReport
 	decodeStep(t, st, wantRC, &c)
 	return c
 }
@@ -307,11 +280,11 @@ func decodeStep(t *testing.T, st *stepResult, wantRC int, v any) {
 }
 
 // requireRefused checks exit 2 and a refusal of addr whose reason contains word.
-func requireRefused(t *testing.T, st *stepResult, addr, word string) changeJSON {
+func requireRefused(t *testing.T, st *stepResult, addr, word string) vfio.ChangeReport {
 	t.Helper()
 	ch := decodeChange(t, st, 2)
 	for _, r := range ch.Refused {
-		if r.Address == addr {
+		if string(r.Address) == addr {
 			if !strings.Contains(strings.ToLower(r.Reason), word) {
 				t.Errorf("%s: %s refused for %q, want a reason containing %q", st.cmd, addr, r.Reason, word)
 			}
@@ -322,10 +295,10 @@ func requireRefused(t *testing.T, st *stepResult, addr, word string) changeJSON 
 	return ch
 }
 
-func requireAction(t *testing.T, ch changeJSON, addr, from, to string) {
+func requireAction(t *testing.T, ch vfio.ChangeReport, addr, from, to string) {
 	t.Helper()
 	for _, a := range ch.Actions {
-		if a.Address == addr {
+		if string(a.Address) == addr {
 			if a.From != from || a.To != to {
 				t.Errorf("action on %s: %q -> %q, want %q -> %q", addr, a.From, a.To, from, to)
 			}

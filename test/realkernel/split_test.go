@@ -1,6 +1,11 @@
 package realkernel
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"github.com/sandbox-gpu/sandbox-gpu/host"
+)
 
 // display is QEMU's bochs-display: vendor 1234, device 1111, a display-class function (a GPU
 // to the VFIO manager's split) with no host driver in the guest.
@@ -8,15 +13,6 @@ const (
 	displayVendor, displayDevice = "1234", "1111"
 	display                      = "bochs-display"
 )
-
-// splitJSON is the split part of plan and bind with --vm-gpus.
-type splitJSON struct {
-	Target string `json:"target"`
-	Split  struct {
-		VM        []string `json:"vm"`
-		Container []string `json:"container"`
-	} `json:"split"`
-}
 
 // checkSplit: a mixed node on a real kernel. --vm-gpus 1 previews and then binds the first display
 // only; index:1 returns it and binds the second; dropping the second while a process holds its
@@ -36,10 +32,9 @@ func checkSplit(t *testing.T, con *console) {
 			t.Errorf("%s: want one action, have %+v", st.cmd, ch.Actions)
 		}
 		requireAction(t, ch, d0, "", "vfio-pci")
-		var s splitJSON
-		decodeStep(t, st, 0, &s)
-		if s.Target != "split" || len(s.Split.VM) != 1 || s.Split.VM[0] != d0 || len(s.Split.Container) != 1 || s.Split.Container[0] != d1 {
-			t.Errorf("%s: split %+v, want vm [%s] container [%s]", st.cmd, s, d0, d1)
+		if sp := ch.Split; ch.Target != "split" || sp == nil || !slices.Equal(sp.VM, []host.Address{host.Address(d0)}) ||
+			!slices.Equal(sp.Container, []host.Address{host.Address(d1)}) {
+			t.Errorf("%s: target %q split %+v, want split with vm [%s] container [%s]", st.cmd, ch.Target, sp, d0, d1)
 		}
 		requireDriver(t, st, d0, "")
 		requireDriver(t, st, d1, "")
