@@ -91,7 +91,13 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
 		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
-	cmd.Stderr = &lockedWriter{w: &stderr}
+	errs := &lockedWriter{w: &stderr}
+	cmd.Stderr = errs
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("discover's stderr:\n%s", errs.String())
+		}
+	})
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +107,11 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "hgx-1 labelled with 8 GPUs", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "hgx-1", metav1.GetOptions{})
 		return err == nil && n.Labels[names.GPUPresentLabel] == "true" && n.Labels[names.GPUCountLabel] == "8"
+	})
+	// The labels show in the API before the agent's patch call has returned and logged: wait
+	// for the log line too, or SIGTERM cancels the call in flight (CI saw that once).
+	testutil.Eventually(t, 30*time.Second, "the JSON log line of the labelling", func() bool {
+		return strings.Contains(errs.String(), `"Labelled node"`)
 	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -112,9 +123,6 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no exit within 30s of SIGTERM")
-	}
-	if !strings.Contains(stderr.String(), `"Labelled node"`) {
-		t.Errorf("no JSON log line of the labelling:\n%s", stderr.String())
 	}
 }
 
@@ -129,4 +137,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// String is what was written so far.
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }
