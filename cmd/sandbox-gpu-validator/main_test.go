@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -88,14 +87,13 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	k, _ := hostsim.NewHost(t, "hgx-h100")
 	o := k.Options()
 	bin := testutil.BuildBinary(t, ".")
-	var stderr bytes.Buffer
+	var stderr testutil.SyncBuffer
 	cmd := exec.Command(bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
 		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
-	errs := &lockedWriter{w: &stderr}
-	cmd.Stderr = errs
+	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("discover's stderr:\n%s", errs.String())
+			t.Logf("discover's stderr:\n%s", stderr.String())
 		}
 	})
 	if err := cmd.Start(); err != nil {
@@ -111,7 +109,7 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	// The labels show in the API before the agent's patch call has returned and logged: wait
 	// for the log line too, or SIGTERM cancels the call in flight (CI saw that once).
 	testutil.Eventually(t, 30*time.Second, "the JSON log line of the labelling", func() bool {
-		return strings.Contains(errs.String(), `"Labelled node"`)
+		return strings.Contains(stderr.String(), `"Labelled node"`)
 	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -124,24 +122,4 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no exit within 30s of SIGTERM")
 	}
-}
-
-// lockedWriter serializes writes (the process's stderr is copied by a
-// goroutine of os/exec while the test may read the buffer after Wait).
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// String is what was written so far.
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }

@@ -1,10 +1,8 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +18,6 @@ import (
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/uninstall"
 )
-
-// syncBuffer is an output written by one goroutine and read by another.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestUninstallReturnsEveryGPU: the uninstall hook (sandbox-gpu-operator
 // uninstall) deletes the policy while the operator runs. The policy's
@@ -62,7 +42,7 @@ func TestUninstallReturnsEveryGPU(t *testing.T) {
 	hgx.holdGPU(t, 4321, held)
 	t.Cleanup(func() { _ = hgx.a.Kernel().Exit(4321) })
 
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	type outcome struct {
 		res *uninstall.Result
 		err error
@@ -153,7 +133,7 @@ func TestUninstallWithNothingInUse(t *testing.T) {
 	testutil.Eventually(t, agentWait, "the finalizer", func() bool {
 		return len(getPolicy(c).Finalizers) > 0
 	})
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	res, err := uninstall.Run(context.Background(), c, uninstall.Options{Timeout: agentWait, Poll: 200 * time.Millisecond}, &out)
 	require.NoError(t, err, out.String())
 	assert.False(t, res.TimedOut, out.String())

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // RepoRoot is two levels above a suite's package, checked by its go.mod.
@@ -47,37 +47,4 @@ func Poll(within time.Duration, cond func() bool) error {
 }
 
 // SyncBuffer collects a process's output while the process writes it.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// Lines returns the lines holding every one of subs.
-func (b *SyncBuffer) Lines(subs ...string) []string {
-	var out []string
-	for line := range strings.Lines(b.String()) {
-		ok := true
-		for _, s := range subs {
-			if !strings.Contains(line, s) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			out = append(out, strings.TrimRight(line, "\n"))
-		}
-	}
-	return out
-}
+type SyncBuffer = testutil.SyncBuffer
