@@ -19,13 +19,14 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources/podresourcestest"
 	tu "github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
 type fixture struct {
 	rt      *nritest.Runtime
-	kubelet *nritest.PodResources
+	kubelet *podresourcestest.Kubelet
 	cdiDir  string
 	plugin  *Plugin
 	reg     *prometheus.Registry
@@ -53,7 +54,7 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 	f.rt = nritest.StartRuntime(t, dir, fo.version)
 	res, err := NewResolver("nvidia.com/gpu", []string{f.cdiDir})
 	require.NoError(t, err)
-	pods, err := NewKubeletPodResources(f.kubelet.Socket, time.Second)
+	pods, err := NewKubeletPodResources(f.kubelet.Socket(), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pods.Close() })
 	f.plugin, err = New(Options{FailOpen: fo.failOpen, StrictPrivileged: fo.strictPrivileged, SkipRuntimeHandlers: []string{"kata*"}, AnnotationNamespaces: fo.annNS, Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{Verbosity: 0})}, res, pods, f.reg)
@@ -165,8 +166,8 @@ func env(a *api.ContainerAdjustment) map[string]string {
 
 func TestInjectsExactlyTheAllocationAsCDIRequests(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("ml", "train", "main", "nvidia.com/gpu", nritest.GPUUUID(0), "2")
-	f.kubelet.Set("ml", "train", "side", "example.com/nic", "eth9")
+	f.kubelet.Allocate("ml", "train", "main", "nvidia.com/gpu", nritest.GPUUUID(0), "2")
+	f.kubelet.Allocate("ml", "train", "side", "example.com/nic", "eth9")
 	p := pod("ml", "train", "runc")
 
 	// A GPU node the runtime put in that is not allocated refuses the
@@ -190,15 +191,15 @@ func TestInjectsExactlyTheAllocationAsCDIRequests(t *testing.T) {
 	a, err = f.rt.Create(p, ctr("side", nil))
 	require.NoError(t, err)
 	assert.Empty(t, cdiNames(a))
-	gets, _ := f.kubelet.Calls()
+	gets := f.kubelet.Calls().Get
 	assert.EqualValues(t, 1, gets, "one kubelet call per pod sandbox")
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.plugin.metrics.outcomes.WithLabelValues("injected")))
 }
 
 func TestResolvedEditsOnRuntimesWithoutCDIRequests(t *testing.T) {
 	f := newFixture(t, fixtureOpts{version: "v1.7.30"})
-	f.kubelet.Set("ml", "infer", "main", "nvidia.com/mig-1g.10gb", nritest.MIGUUID)
-	f.kubelet.Set("ml", "infer", "main", "nvidia.com/gpu", "1::3") // a time-sliced replica of GPU 1
+	f.kubelet.Allocate("ml", "infer", "main", "nvidia.com/mig-1g.10gb", nritest.MIGUUID)
+	f.kubelet.Allocate("ml", "infer", "main", "nvidia.com/gpu", "1::3") // a time-sliced replica of GPU 1
 	a, err := f.rt.Create(pod("ml", "infer", ""), ctr("main", nil))
 	require.NoError(t, err)
 	assert.Empty(t, cdiNames(a))
@@ -219,7 +220,7 @@ func TestResolvedEditsOnRuntimesWithoutCDIRequests(t *testing.T) {
 
 func TestNoAllocationNoGPUWhateverTheEnvOrAnnotationsSay(t *testing.T) {
 	f := newFixture(t, fixtureOpts{annNS: []string{"gpu-monitoring"}})
-	f.kubelet.Set("default", "sneaky", "main", "cpu")
+	f.kubelet.Allocate("default", "sneaky", "main", "cpu")
 	p := pod("default", "sneaky", "runc")
 	p.Annotations = map[string]string{names.RequestAnnotation: "all", "cdi.k8s.io/gpu": "nvidia.com/gpu=0"}
 	c := ctr("main", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "/dev/null")
@@ -239,7 +240,7 @@ func TestNoAllocationNoGPUWhateverTheEnvOrAnnotationsSay(t *testing.T) {
 	require.ErrorContains(t, err, ": /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidiactl")
 
 	// The same annotation from an allowed management namespace is honoured.
-	f.kubelet.Set("gpu-monitoring", "dcgm", "exporter", "cpu")
+	f.kubelet.Allocate("gpu-monitoring", "dcgm", "exporter", "cpu")
 	m := pod("gpu-monitoring", "dcgm", "runc")
 	m.Annotations = map[string]string{names.RequestAnnotation + ".exporter": "0, 1"}
 	a, err = f.rt.Create(m, ctr("exporter", nil))
@@ -254,7 +255,7 @@ func TestNoAllocationNoGPUWhateverTheEnvOrAnnotationsSay(t *testing.T) {
 
 func TestSandboxedPodsAreLeftAlone(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("vms", "vm", "compute", "nvidia.com/gpu", "0")
+	f.kubelet.Allocate("vms", "vm", "compute", "nvidia.com/gpu", "0")
 	a, err := f.rt.Create(pod("vms", "vm", "kata-qemu-nvidia-gpu"), ctr("compute", nil, "/dev/vfio/12"))
 	require.NoError(t, err)
 	assert.Empty(t, cdiNames(a))
@@ -262,13 +263,13 @@ func TestSandboxedPodsAreLeftAlone(t *testing.T) {
 	assert.Empty(t, added)
 	assert.Empty(t, removed)
 	assert.Empty(t, denied(a))
-	gets, _ := f.kubelet.Calls()
+	gets := f.kubelet.Calls().Get
 	assert.Zero(t, gets, "the kubelet is not even asked")
 }
 
 func TestFailClosedNamesPodContainerAndMissingGPUs(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("ml", "big", "main", "nvidia.com/gpu", "2", "7", "GPU-ffffffff-0000-0000-0000-000000000000")
+	f.kubelet.Allocate("ml", "big", "main", "nvidia.com/gpu", "2", "7", "GPU-ffffffff-0000-0000-0000-000000000000")
 	_, err := f.rt.Create(pod("ml", "big", "runc"), ctr("main", nil))
 	require.Error(t, err)
 	for _, want := range []string{"pod ml/big container main", "nvidia.com/gpu=7", "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000"} {
@@ -277,19 +278,19 @@ func TestFailClosedNamesPodContainerAndMissingGPUs(t *testing.T) {
 	assert.NotContains(t, err.Error(), "nvidia.com/gpu=2,")
 
 	// An ID that cannot be a CDI name is named too.
-	f.kubelet.Set("ml", "odd", "main", "nvidia.com/gpu", "bad id/../x")
+	f.kubelet.Allocate("ml", "odd", "main", "nvidia.com/gpu", "bad id/../x")
 	_, err = f.rt.Create(pod("ml", "odd", "runc"), ctr("main", nil))
 	require.ErrorContains(t, err, `device ID "bad id/../x"`)
 
 	// The kubelet is unreachable: nobody can tell, so creation fails.
-	f.kubelet.Stop()
+	require.NoError(t, f.kubelet.Stop())
 	_, err = f.rt.Create(pod("ml", "later", "runc"), ctr("main", nil))
 	require.ErrorContains(t, err, "pod ml/later container main: cannot tell which GPUs the kubelet allocated")
 }
 
 func TestFailOpenStartsWithoutGPUs(t *testing.T) {
 	f := newFixture(t, fixtureOpts{failOpen: true})
-	f.kubelet.Set("ml", "big", "main", "nvidia.com/gpu", "7")
+	f.kubelet.Allocate("ml", "big", "main", "nvidia.com/gpu", "7")
 	a, err := f.rt.Create(pod("ml", "big", "runc"), ctr("main", nil, "/dev/nvidia0"))
 	require.NoError(t, err)
 	assert.Empty(t, cdiNames(a))
@@ -298,7 +299,7 @@ func TestFailOpenStartsWithoutGPUs(t *testing.T) {
 
 	// Runtime-added nodes without an allocation: denied in the device
 	// cgroup (the removal NRI drops), and the container starts.
-	f.kubelet.Set("ml", "plain", "main", "cpu")
+	f.kubelet.Allocate("ml", "plain", "main", "cpu")
 	a, err = f.rt.Create(pod("ml", "plain", "runc"), ctr("main", nil, "/dev/nvidia1", "/dev/nvidiactl"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c 195:1", "c 195:255"}, denied(a))
@@ -311,19 +312,19 @@ func TestUserNamespacePods(t *testing.T) {
 	}
 	// A spec with hooks: a clear error up front, not a failure inside runc.
 	f := newFixture(t, fixtureOpts{hooks: true})
-	f.kubelet.Set("apps", "rootless", "main", "nvidia.com/gpu", "0")
+	f.kubelet.Allocate("apps", "rootless", "main", "nvidia.com/gpu", "0")
 	_, err := f.rt.Create(userns(pod("apps", "rootless", "runc")), ctr("main", nil))
 	require.ErrorContains(t, err, "pod apps/rootless container main")
 	require.ErrorContains(t, err, "hostUsers: false")
 	require.ErrorContains(t, err, "nvidia-cdi-hook update-ldcache")
 	// The same pod with host users is fine.
-	f.kubelet.Set("apps", "rooted", "main", "nvidia.com/gpu", "0")
+	f.kubelet.Allocate("apps", "rooted", "main", "nvidia.com/gpu", "0")
 	_, err = f.rt.Create(pod("apps", "rooted", "runc"), ctr("main", nil))
 	require.NoError(t, err)
 
 	// A spec without hooks works in a user namespace.
 	g := newFixture(t, fixtureOpts{})
-	g.kubelet.Set("apps", "rootless", "main", "nvidia.com/gpu", "0")
+	g.kubelet.Allocate("apps", "rootless", "main", "nvidia.com/gpu", "0")
 	a, err := g.rt.Create(userns(pod("apps", "rootless", "runc")), ctr("main", nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nvidia.com/gpu=0"}, cdiNames(a))
@@ -331,13 +332,13 @@ func TestUserNamespacePods(t *testing.T) {
 
 func TestNewSandboxUnderAnOldNameAsksAgain(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("db", "web-0", "main", "nvidia.com/gpu", "0")
+	f.kubelet.Allocate("db", "web-0", "main", "nvidia.com/gpu", "0")
 	a, err := f.rt.Create(pod("db", "web-0", "runc"), ctr("main", nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nvidia.com/gpu=0"}, cdiNames(a))
 	// The StatefulSet pod is recreated and lands on another GPU.
 	f.kubelet.Delete("db", "web-0")
-	f.kubelet.Set("db", "web-0", "main", "nvidia.com/gpu", "1")
+	f.kubelet.Allocate("db", "web-0", "main", "nvidia.com/gpu", "1")
 	a, err = f.rt.Create(pod("db", "web-0", "runc"), ctr("main", nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nvidia.com/gpu=1"}, cdiNames(a))
@@ -345,8 +346,8 @@ func TestNewSandboxUnderAnOldNameAsksAgain(t *testing.T) {
 
 func TestSynchronizeReportsContainersMissingDevices(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("ml", "old", "ok", "nvidia.com/gpu", "0")
-	f.kubelet.Set("ml", "old", "bad", "nvidia.com/gpu", "1", "2")
+	f.kubelet.Allocate("ml", "old", "ok", "nvidia.com/gpu", "0")
+	f.kubelet.Allocate("ml", "old", "bad", "nvidia.com/gpu", "1", "2")
 	p := pod("ml", "old", "runc")
 	ok := ctr("ok", nil, "/dev/nvidia0", "/dev/nvidiactl")
 	bad := ctr("bad", nil, "/dev/nvidia1")
@@ -370,7 +371,7 @@ func TestSynchronizeReportsContainersMissingDevices(t *testing.T) {
 
 func TestReconnectsWhenTheRuntimeRestarts(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("ml", "after", "main", "nvidia.com/gpu", "2")
+	f.kubelet.Allocate("ml", "after", "main", "nvidia.com/gpu", "2")
 	f.rt.Stop()
 	f.rt.Start()
 	f.waitConnections(t, 2)
@@ -389,7 +390,7 @@ func TestSpecWrittenLaterIsFound(t *testing.T) {
 	s.Devices = append(s.Devices, s.Devices[0])
 	s.Devices[len(s.Devices)-1].Name = "3"
 	nritest.WriteSpec(t, f.cdiDir, "nvidia", s)
-	f.kubelet.Set("ml", "new", "main", "nvidia.com/gpu", "3")
+	f.kubelet.Allocate("ml", "new", "main", "nvidia.com/gpu", "3")
 	a, err := f.rt.Create(pod("ml", "new", "runc"), ctr("main", nil))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nvidia.com/gpu=3"}, cdiNames(a))
@@ -520,10 +521,10 @@ func TestInitContainersFromTheKubeletCheckpoint(t *testing.T) {
 func TestSlowKubeletFailsClosedInsideTheRuntimeBudget(t *testing.T) {
 	res := gpuResolver(t, 1)
 	kubelet := nritest.StartPodResources(t, kubelettest.ShortDir(t))
-	kubelet.Set("ml", "slow", "main", "nvidia.com/gpu", "0")
+	kubelet.Allocate("ml", "slow", "main", "nvidia.com/gpu", "0")
 	release := kubelet.Delay()
 	defer release()
-	src, err := NewKubeletPodResources(kubelet.Socket, 100*time.Millisecond)
+	src, err := NewKubeletPodResources(kubelet.Socket(), 100*time.Millisecond)
 	require.NoError(t, err)
 	defer src.Close()
 	p, err := New(Options{}, res, src, nil)

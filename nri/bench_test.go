@@ -35,7 +35,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	var sandboxes []*api.PodSandbox
 	for i := 0; i < pods; i++ {
 		name := fmt.Sprintf("job-%d", i)
-		kubelet.Set("ml", name, "main", "nvidia.com/gpu", fmt.Sprint(i%8))
+		kubelet.Allocate("ml", name, "main", "nvidia.com/gpu", fmt.Sprint(i%8))
 		sandboxes = append(sandboxes, &api.PodSandbox{Id: "sb-" + name, Name: name, Namespace: "ml", Linux: &api.LinuxPodSandbox{}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,7 +46,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src, err := NewKubeletPodResources(kubelet.Socket, time.Second)
+	src, err := NewKubeletPodResources(kubelet.Socket(), time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	gets, _ := kubelet.Calls()
+	gets := kubelet.Calls().Get
 	var oursD, floorD []time.Duration
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
@@ -95,7 +95,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if after, _ := kubelet.Calls(); after != gets {
+	if after := kubelet.Calls().Get; after != gets {
 		b.Fatalf("the kubelet was asked %d more times with every pod cached", after-gets)
 	}
 	q := func(d []time.Duration, f float64) float64 {

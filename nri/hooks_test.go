@@ -32,7 +32,7 @@ func TestPlantedSpecWithAHookIsRefused(t *testing.T) {
 	start := func(policy string) {
 		res, err := NewResolver("nvidia.com/gpu", []string{etc, run})
 		require.NoError(t, err)
-		pods, err := NewKubeletPodResources(kubelet.Socket, time.Second)
+		pods, err := NewKubeletPodResources(kubelet.Socket(), time.Second)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = pods.Close() })
 		p, err := New(Options{Hooks: policy, Log: logr.Discard()}, res, pods, nil)
@@ -43,7 +43,7 @@ func TestPlantedSpecWithAHookIsRefused(t *testing.T) {
 	start(HooksNVIDIA)
 	rt.WaitJoined(t, 1, 10*time.Second)
 
-	kubelet.Set("ml", "train", "main", "nvidia.com/gpu", "0")
+	kubelet.Allocate("ml", "train", "main", "nvidia.com/gpu", "0")
 	a, err := rt.Create(pod("ml", "train", "runc"), ctr("main", nil))
 	require.NoError(t, err, "nvidia-ctk's own hook at its installed path is allowed")
 	assert.Equal(t, []string{"nvidia.com/gpu=0"}, cdiNames(a))
@@ -52,7 +52,7 @@ func TestPlantedSpecWithAHookIsRefused(t *testing.T) {
 	evil := nritest.GPUSpec(2, false)
 	evil.ContainerEdits.Hooks = []*specs.Hook{{HookName: "createContainer", Path: "/tmp/evil", Args: []string{"evil", "touch", marker}}}
 	nritest.WriteSpec(t, run, "planted", evil)
-	kubelet.Set("ml", "train2", "main", "nvidia.com/gpu", "0")
+	kubelet.Allocate("ml", "train2", "main", "nvidia.com/gpu", "0")
 	_, err = rt.Create(pod("ml", "train2", "runc"), ctr("main", nil))
 	require.ErrorContains(t, err, "pod ml/train2 container main: a GPU CDI spec brings an OCI hook the hook policy does not allow")
 	require.ErrorContains(t, err, "/tmp/evil")

@@ -28,7 +28,7 @@ func withSysfs(c *api.Container, privileged bool) *api.Container {
 // still gets exactly it.
 func TestPrivilegedManagementPodsKeepEnvAccess(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
-	f.kubelet.Set("gpu-operator", "dcgm-exporter", "exporter", "cpu")
+	f.kubelet.Allocate("gpu-operator", "dcgm-exporter", "exporter", "cpu")
 	mgmt := pod("gpu-operator", "dcgm-exporter", "runc")
 	a, err := f.rt.Create(mgmt, withSysfs(ctr("exporter", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "/dev/nvidia0", "/dev/nvidiactl", "/dev/null"), true))
 	require.NoError(t, err, "a privileged management container is not refused for the host's GPU nodes")
@@ -38,18 +38,18 @@ func TestPrivilegedManagementPodsKeepEnvAccess(t *testing.T) {
 	assert.Empty(t, removed)
 	assert.Empty(t, denied(a))
 
-	f.kubelet.Set("default", "sneaky", "main", "cpu")
+	f.kubelet.Allocate("default", "sneaky", "main", "cpu")
 	a, err = f.rt.Create(pod("default", "sneaky", "runc"), withSysfs(ctr("main", []string{"NVIDIA_VISIBLE_DEVICES=all"}), false))
 	require.NoError(t, err)
 	assert.Equal(t, "void", env(a)[VisibleDevicesEnv], "unprivileged: env access voided")
 
-	f.kubelet.Set("default", "train", "main", "nvidia.com/gpu", "1")
+	f.kubelet.Allocate("default", "train", "main", "nvidia.com/gpu", "1")
 	a, err = f.rt.Create(pod("default", "train", "runc"), withSysfs(ctr("main", nil, "/dev/nvidia0", "/dev/nvidiactl"), true))
 	require.NoError(t, err, "privileged with an allocation: not refused for the runtime's host devices")
 	assert.Equal(t, []string{"nvidia.com/gpu=1"}, cdiNames(a))
 
 	strict := newFixture(t, fixtureOpts{strictPrivileged: true})
-	strict.kubelet.Set("gpu-operator", "dcgm-exporter", "exporter", "cpu")
+	strict.kubelet.Allocate("gpu-operator", "dcgm-exporter", "exporter", "cpu")
 	_, err = strict.rt.Create(mgmt, withSysfs(ctr("exporter", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "/dev/nvidia0"), true))
 	require.ErrorContains(t, err, "holds no GPU", "StrictPrivileged applies the rule to privileged containers too")
 }

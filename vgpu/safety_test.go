@@ -121,8 +121,8 @@ func TestAllocatedVGPUIsInUse(t *testing.T) {
 	k, h := fixture(t, "l40s-vgpu")
 	require.True(t, apply(t, h, cfg, "default", Options{}, ApplyOptions{}).OK())
 	kubelet := nritest.StartPodResources(t, t.TempDir())
-	kubelet.Set("vms", "win11", "compute", "nvidia.com/NVIDIA_L40S-24Q", "0000:c1:00.5")
-	client := podClient(t, kubelet.Socket)
+	kubelet.Allocate("vms", "win11", "compute", "nvidia.com/NVIDIA_L40S-24Q", "0000:c1:00.5")
+	client := podClient(t, kubelet.Socket())
 	o := Options{Allocated: PodResourcesAllocated{Pods: client}}
 
 	k.ResetWrites()
@@ -140,7 +140,7 @@ func TestAllocatedVGPUIsInUse(t *testing.T) {
 	kubelet.Delete("vms", "win11")
 	p := planOf(t, h, cfg, "small", o)
 	require.Empty(t, p.Refusals())
-	kubelet.Set("vms", "late", "compute", "nvidia.com/NVIDIA_L40S-24Q", "0000:c1:00.4")
+	kubelet.Allocate("vms", "late", "compute", "nvidia.com/NVIDIA_L40S-24Q", "0000:c1:00.4")
 	k.ResetWrites()
 	res = Apply(t.Context(), h, p, ApplyOptions{})
 	require.Len(t, res.Refused, 1)

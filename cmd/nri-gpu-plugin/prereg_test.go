@@ -25,14 +25,14 @@ func TestPreregistered(t *testing.T) {
 	cdiDir := t.TempDir()
 	nritest.WriteSpec(t, cdiDir, "nvidia", nritest.GPUSpec(3, false))
 	kubelet := nritest.StartPodResources(t, dir)
-	kubelet.Set("ml", "train", "main", "nvidia.com/gpu", "1")
+	kubelet.Allocate("ml", "train", "main", "nvidia.com/gpu", "1")
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "plugins"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "conf"), 0o755))
 	b, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "plugins", "05-gpu"), b, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "conf", "05-gpu.conf"),
-		[]byte("--pod-resources-socket "+kubelet.Socket+"\n--cdi-dir "+cdiDir+"\n"), 0o644))
+		[]byte("--pod-resources-socket "+kubelet.Socket()+"\n--cdi-dir "+cdiDir+"\n"), 0o644))
 
 	rt := nritest.StartRuntime(t, dir, "v2.4.2") // starts and synchronizes pre-installed plugins
 	sb := &api.PodSandbox{Id: "sb-1", Name: "train", Namespace: "ml", Linux: &api.LinuxPodSandbox{}}

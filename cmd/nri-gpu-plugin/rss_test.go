@@ -35,7 +35,7 @@ func BenchmarkRSS(b *testing.B) {
 	var rss int64
 	for n := 0; n < b.N; n++ {
 		var stderr bytes.Buffer
-		cmd := exec.Command(bin, "--nri-socket", rt.Socket, "--pod-resources-socket", kubelet.Socket, "--cdi-dir", cdiDir)
+		cmd := exec.Command(bin, "--nri-socket", rt.Socket, "--pod-resources-socket", kubelet.Socket(), "--cdi-dir", cdiDir)
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -48,7 +48,7 @@ func BenchmarkRSS(b *testing.B) {
 		rt.WaitJoined(b, n+1, 20*time.Second)
 		for i := 0; i < 100; i++ {
 			name := fmt.Sprintf("job-%d-%d", n, i)
-			kubelet.Set("ml", name, "main", "nvidia.com/gpu", fmt.Sprint(i%8))
+			kubelet.Allocate("ml", name, "main", "nvidia.com/gpu", fmt.Sprint(i%8))
 			sb := &api.PodSandbox{Id: "sb-" + name, Name: name, Namespace: "ml", Linux: &api.LinuxPodSandbox{}}
 			a, err := rt.Create(sb, &api.Container{Id: "c-" + name, Name: "main", Linux: &api.LinuxContainer{}})
 			if err != nil || len(a.GetCDIDevices()) != 1 {

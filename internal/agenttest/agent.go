@@ -300,7 +300,9 @@ func (a *Agent) shutdown() {
 		<-op.done
 		delete(a.ops, name)
 	}
-	a.kubelet.stop()
+	if err := a.kubelet.Stop(); err != nil {
+		a.o.Log.Error(err, "Stand-in kubelet failed", "node", a.o.Node)
+	}
 	_ = os.RemoveAll(a.sockDir)
 }
 

@@ -48,7 +48,7 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 			return nil, err
 		}
 		release := name != names.VFIOManager
-		pods, err := podresources.New(a.kubelet.Socket, time.Second)
+		pods, err := podresources.New(a.kubelet.Socket(), time.Second)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("node %s: %w", a.o.Node, err)
@@ -202,7 +202,7 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	if err := os.WriteFile(file, cfg, 0o644); err != nil {
 		return nil, fmt.Errorf("node %s: vGPU config %s: %w", a.o.Node, file, err)
 	}
-	pods, err := podresources.New(a.kubelet.Socket, time.Second)
+	pods, err := podresources.New(a.kubelet.Socket(), time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", a.o.Node, err)
 	}

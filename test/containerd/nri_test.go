@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources/podresourcestest"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 
 	"github.com/stretchr/testify/assert"
@@ -25,15 +26,18 @@ func TestPlugin(t *testing.T) {
 	d := startDaemon(t, env)
 	spec := writeCDISpec(t, d)
 	gpu0, gpu1, gpu2 := spec.byIndex(t, "0"), spec.byIndex(t, "1"), spec.byIndex(t, "2")
-	kl := startFakeKubelet(t, d.path("pr.sock"), map[string][]string{cdiKind: {"0", "1", "2"}})
+	kl := podresourcestest.New(d.path("pr.sock"))
+	kl.SetAllocatable(cdiKind, "0", "1", "2")
+	require.NoError(t, kl.Start())
+	t.Cleanup(func() { assert.NoError(t, kl.Stop(), "PodResources server") })
 	p := e2e.StartProgram(t, bin, pluginArgs(d, kl)...)
 	waitConnected(t, d, p)
 	const ns = "gpu-test"
 
 	t.Run("allocated", func(t *testing.T) {
 		// Two GPUs to one container; its sidecar, known to the kubelet, holds none.
-		kl.allocate(ns, "alloc", "cuda", cdiKind, "0", "2")
-		kl.allocate(ns, "alloc", "sidecar", "example.com/other", "x")
+		kl.Allocate(ns, "alloc", "cuda", cdiKind, "0", "2")
+		kl.Allocate(ns, "alloc", "sidecar", "example.com/other", "x")
 		pd := d.runPod(t, podOpts{namespace: ns, name: "alloc"})
 		cuda, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.NoError(t, err)
@@ -49,7 +53,7 @@ func TestPlugin(t *testing.T) {
 
 	t.Run("allocated-by-uuid", func(t *testing.T) {
 		// The NVIDIA device plugin's default device IDs are GPU UUIDs: CDI device names too.
-		kl.allocate(ns, "by-uuid", "cuda", cdiKind, gpu1.uuid)
+		kl.Allocate(ns, "by-uuid", "cuda", cdiKind, gpu1.uuid)
 		pd := d.runPod(t, podOpts{namespace: ns, name: "by-uuid"})
 		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.NoError(t, err)
@@ -62,7 +66,7 @@ func TestPlugin(t *testing.T) {
 		// and the nvidia.com/gpu.request container annotation, so any GPU node would be the plugin's.
 		// The plugin's own sandbox-gpu.io/gpu-request pod annotation counts only in namespaces
 		// given with --annotation-namespace (none here).
-		kl.setPod(ns, "greedy", "cuda")
+		kl.Allocate(ns, "greedy", "cuda", cdiKind)
 		pd := d.runPod(t, podOpts{namespace: ns, name: "greedy", annotations: map[string]string{
 			"cdi.k8s.io/gpu":             cdiKind + "=all",
 			"sandbox-gpu.io/gpu-request": "all",
@@ -82,7 +86,7 @@ func TestPlugin(t *testing.T) {
 		// privileged and asks with NVIDIA_VISIBLE_DEVICES=all, holding no allocation: it keeps that
 		// env-based access (nvidia-container-toolkit's accept-envvar-when-privileged), where an
 		// unprivileged container asking the same way gets "void" ("unallocated" above).
-		kl.setPod(ns, "dcgm-exporter", "exporter")
+		kl.Allocate(ns, "dcgm-exporter", "exporter", cdiKind)
 		pd := d.runPod(t, podOpts{namespace: ns, name: "dcgm-exporter", privileged: true})
 		id, err := d.startContainer(t, pd, ctrOpts{name: "exporter", privileged: true,
 			env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}})
@@ -103,7 +107,7 @@ func TestPlugin(t *testing.T) {
 		// containerd itself injects CDI devices named by a container's cdi.k8s.io/ annotation
 		// (TestHarness/cdi-container-annotation), before NRI. Without an allocation the container must
 		// not run with them: the plugin removes them, or refuses the container.
-		kl.setPod(ns, "sneaky", "cuda")
+		kl.Allocate(ns, "sneaky", "cuda", cdiKind)
 		pd := d.runPod(t, podOpts{namespace: ns, name: "sneaky"})
 		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda",
 			annotations: map[string]string{"cdi.k8s.io/sneaky": cdiKind + "=all"}})
@@ -120,7 +124,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("allocated-only-its-own", func(t *testing.T) {
 		// One GPU allocated, another one asked for by annotation (containerd injects it): the
 		// container runs with the allocated one only, or is refused.
-		kl.allocate(ns, "extra", "cuda", cdiKind, "0")
+		kl.Allocate(ns, "extra", "cuda", cdiKind, "0")
 		pd := d.runPod(t, podOpts{namespace: ns, name: "extra"})
 		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda",
 			annotations: map[string]string{"cdi.k8s.io/extra": cdiKind + "=1"}})
@@ -133,7 +137,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("kata-handler", func(t *testing.T) {
 		// A sandboxed pod (runtime handler kata*) is left alone even with an allocation: its GPUs go
 		// to the guest by VFIO, not as device nodes of the host.
-		kl.allocate(ns, "kata", "cuda", cdiKind, "0", "1")
+		kl.Allocate(ns, "kata", "cuda", cdiKind, "0", "1")
 		pd := d.runPod(t, podOpts{namespace: ns, name: "kata", handler: kataHandler})
 		id, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.NoError(t, err)
@@ -143,7 +147,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("fail-closed", func(t *testing.T) {
 		// An allocated device the CDI spec does not know: the container is not created without it,
 		// and the error names the pod, the container and the device.
-		kl.allocate(ns, "missing", "cuda", cdiKind, "7")
+		kl.Allocate(ns, "missing", "cuda", cdiKind, "7")
 		pd := d.runPod(t, podOpts{namespace: ns, name: "missing"})
 		_, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.Error(t, err, "a container whose allocated GPU 7 is not in the CDI spec must not run")
@@ -161,7 +165,7 @@ func TestPlugin(t *testing.T) {
 		hook := d.path("evil-hook.sh")
 		require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755))
 		writePlantedSpec(t, d, hook, spec.gpus[0])
-		kl.allocate(ns, "planted", "cuda", cdiKind, "planted")
+		kl.Allocate(ns, "planted", "cuda", cdiKind, "planted")
 		pd := d.runPod(t, podOpts{namespace: ns, name: "planted"})
 		_, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.Error(t, err, "a container whose GPU spec brings a foreign hook must not run")
@@ -172,7 +176,7 @@ func TestPlugin(t *testing.T) {
 	})
 
 	t.Run("containerd-restart", func(t *testing.T) {
-		kl.allocate(ns, "before", "cuda", cdiKind, "1")
+		kl.Allocate(ns, "before", "cuda", cdiKind, "1")
 		pb := d.runPod(t, podOpts{namespace: ns, name: "before"})
 		before, err := d.startContainer(t, pb, ctrOpts{name: "cuda"})
 		require.NoError(t, err)
@@ -184,7 +188,7 @@ func TestPlugin(t *testing.T) {
 
 		// The running container kept its GPU; a new one gets its own.
 		assert.Equal(t, spec.want(gpu1), gpuNodes(d.charDevices(t, before)))
-		kl.allocate(ns, "after", "cuda", cdiKind, "2")
+		kl.Allocate(ns, "after", "cuda", cdiKind, "2")
 		pa := d.runPod(t, podOpts{namespace: ns, name: "after"})
 		after, err := d.startContainer(t, pa, ctrOpts{name: "cuda"})
 		require.NoError(t, err)
@@ -194,7 +198,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("sigterm", func(t *testing.T) {
 		p.Stop(t, exitWithin)
 	})
-	t.Logf("PodResources calls: %v", kl.callCounts())
+	t.Logf("PodResources calls: %+v", kl.Calls())
 }
 
 // refused tells whether the container was refused, requiring the error to name the pod. containerd

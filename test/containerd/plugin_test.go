@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources/podresourcestest"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 )
 
@@ -90,10 +91,10 @@ func pluginBinary(t *testing.T) string {
 // pluginArgs is the plugin's command line contract: containerd's NRI socket, the kubelet's
 // PodResources socket, the CDI folder (the same containerd resolves CDI devices from), the resource
 // the kubelet allocates, the CDI kind its device IDs are names of, and the NRI plugin index.
-func pluginArgs(d *daemon, k *fakeKubelet) []string {
+func pluginArgs(d *daemon, k *podresourcestest.Kubelet) []string {
 	return []string{
 		"--nri-socket", d.nriSocket(),
-		"--pod-resources-socket", k.socket,
+		"--pod-resources-socket", k.Socket(),
 		"--cdi-dir", d.cdiDir(),
 		"--resource", cdiKind,
 		"--cdi-kind", cdiKind,
