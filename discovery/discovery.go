@@ -81,11 +81,8 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 
 // New validates the options.
 func New(o Options) (*Agent, error) {
-	if o.NodeName == "" {
-		return nil, errors.New("discovery: no node name (set --node-name or NODE_NAME)")
-	}
-	if o.Client == nil {
-		return nil, errors.New("discovery: no Kubernetes client")
+	if err := ownnode.Check("discovery", o.NodeName, o.Client); err != nil {
+		return nil, err
 	}
 	if o.Host == nil {
 		return nil, errors.New("discovery: no host model")

@@ -94,11 +94,8 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 
 // New validates the options.
 func New(o Options) (*Validator, error) {
-	if o.NodeName == "" {
-		return nil, errors.New("validator: no node name (set --node-name or NODE_NAME)")
-	}
-	if o.Client == nil {
-		return nil, errors.New("validator: no Kubernetes client")
+	if err := ownnode.Check("validator", o.NodeName, o.Client); err != nil {
+		return nil, err
 	}
 	if o.Resync <= 0 {
 		o.Resync = time.Minute

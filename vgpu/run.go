@@ -69,11 +69,10 @@ type RunOptions struct {
 // vGPUs the pause file exists. A pause file left by a crash goes after the
 // first pass. Steady state costs no write at all.
 func Run(ctx context.Context, o RunOptions) error {
+	if err := ownnode.Check("vgpu run", o.NodeName, o.Client); err != nil {
+		return err
+	}
 	switch {
-	case o.NodeName == "":
-		return errors.New("vgpu run: no node name (set --node-name or NODE_NAME)")
-	case o.Client == nil:
-		return errors.New("vgpu run: no Kubernetes client")
 	case o.Host == nil:
 		return errors.New("vgpu run: no host")
 	case o.ConfigFile == "" && !o.Release:

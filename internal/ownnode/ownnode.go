@@ -111,3 +111,16 @@ func (w *Watcher) Patch(ctx context.Context, seen *corev1.Node, patch []byte) (b
 	w.staleRV, w.sent = seen.ResourceVersion, string(patch)
 	return true, nil
 }
+
+// Check says what a daemon following its own Node lacks: the Node's name
+// (--node-name, or NODE_NAME from the downward API) or a client. what names
+// the daemon in the error.
+func Check(what, node string, c kubernetes.Interface) error {
+	if node == "" {
+		return fmt.Errorf("%s: no node name (set --node-name or NODE_NAME)", what)
+	}
+	if c == nil {
+		return fmt.Errorf("%s: no Kubernetes client", what)
+	}
+	return nil
+}
