@@ -129,8 +129,10 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 	assert.Equal(t, ReasonNodesNotReady, ready.Reason)
 	assert.Equal(t, "1 of 3 GPU nodes is ready; not ready: f-1 (failed) and f-2 (failed). Not every operand could be applied either.", ready.Message)
 
-	assert.Positive(t, counterValue(t, op, MetricReconcileErrors, map[string]string{"controller": policyControllerName}),
-		"the policy reconciler's errors are counted")
+	// The reconcile counts its error once it returns, after it wrote the status read above.
+	testutil.Eventually(t, wait, "the policy reconciler's errors counted", func() bool {
+		return counterValue(t, op, MetricReconcileErrors, map[string]string{"controller": policyControllerName}) > 0
+	})
 }
 
 func TestPolicyConditionMessages(t *testing.T) {
