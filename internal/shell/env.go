@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
 // Env is what a command runs with.
@@ -57,3 +58,22 @@ func (e *Env) AddReady(name string, c Check) { e.health.add(&e.health.ready, nam
 
 // AddLive adds a liveness check for /healthz.
 func (e *Env) AddLive(name string, c Check) { e.health.add(&e.health.live, name, c) }
+
+// Report writes a command's report on Stdout: as indented JSON when output
+// is "json", else through table. refused > 0 then ends the command with
+// ErrRefused (exit 2), quietly: the report names each refusal.
+func (e *Env) Report(output string, report any, table func(io.Writer) error, refused int) error {
+	var err error
+	if output == "json" {
+		err = jsonout.Write(e.Stdout, report)
+	} else {
+		err = table(e.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if refused > 0 {
+		return Quiet(ErrRefused)
+	}
+	return nil
+}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -62,10 +62,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 			return err
 		}
 		vfio.LogWarnings(env.Log, report.Warnings)
-		if c.output == "json" {
-			return jsonout.Write(env.Stdout, report)
-		}
-		return vfio.WriteStatusTable(env.Stdout, report)
+		return env.Report(c.output, report, func(w io.Writer) error { return vfio.WriteStatusTable(w, report) }, 0)
 	}
 
 	target := vfio.ToVFIO
@@ -112,19 +109,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 }
 
 func writeChange(env *shell.Env, c *common, report vfio.ChangeReport) error {
-	var err error
-	if c.output == "json" {
-		err = jsonout.Write(env.Stdout, report)
-	} else {
-		err = vfio.WriteChangeTable(env.Stdout, report)
-	}
-	if err != nil {
-		return err
-	}
-	if len(report.Refused) > 0 {
-		return shell.Quiet(shell.ErrRefused) // the report names each refusal
-	}
-	return nil
+	return env.Report(c.output, report, func(w io.Writer) error { return vfio.WriteChangeTable(w, report) }, len(report.Refused))
 }
 
 // runSplit plans (or binds) a --vm-gpus split: the container GPUs back to

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
@@ -158,16 +158,8 @@ func onceCommand(name, summary string) *shell.Command {
 				res = vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{Sequential: sequential, PauseFile: pauseFile(env, c.runDir)})
 				report = vgpu.ResultReport(res)
 			}
-			if output == "json" {
-				err = jsonout.Write(env.Stdout, report)
-			} else {
-				err = vgpu.WriteTable(env.Stdout, report)
-			}
-			if err != nil {
+			if err := env.Report(output, report, func(w io.Writer) error { return vgpu.WriteTable(w, report) }, len(report.Refused)); err != nil {
 				return err
-			}
-			if len(report.Refused) > 0 {
-				return shell.Quiet(shell.ErrRefused) // the report names each refusal
 			}
 			if res != nil {
 				return res.Err()
