@@ -2,11 +2,11 @@ package kubevirt
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
@@ -35,9 +35,7 @@ func Program() *shell.Program {
 			if _, err := s.Scan(ctx); err != nil {
 				return err
 			}
-			enc := json.NewEncoder(env.Stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(s.Permitted())
+			return jsonout.Write(env.Stdout, s.Permitted())
 		}
 		return c.Serve(ctx, env, h, plugincmd.Plugin{
 			Name: "sandbox-gpu-kubevirt", Scanner: s, Watch: state.folders(),

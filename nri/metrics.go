@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 

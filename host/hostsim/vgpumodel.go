@@ -182,9 +182,10 @@ func (c *simCard) parents() []host.Address {
 func (k *Kernel) refreshCard(c *simCard) error {
 	switch c.card.Mode {
 	case MdevPF, MdevVF:
+		ids := slices.Sorted(maps.Keys(c.types))
 		for _, p := range c.parents() {
 			f := k.funcs[p]
-			for _, id := range slices.Sorted(maps.Keys(c.types)) {
+			for _, id := range ids {
 				t := c.types[id]
 				avail := c.available(t)
 				if c.card.Mode == MdevVF {

@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 

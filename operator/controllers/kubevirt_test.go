@@ -73,10 +73,9 @@ func permittedPCI(selector, name string) map[string]any {
 // device plugin's entries in the node's annotation (a merge patch).
 func publishPermitted(t *testing.T, c client.Client, node, entries string) {
 	t.Helper()
-	n := getNode(t, c, node)
-	patch := client.MergeFrom(n.DeepCopy())
-	n.Annotations = map[string]string{names.PermittedAnnotation: entries}
-	require.NoError(t, c.Patch(context.Background(), n, patch))
+	require.NoError(t, patchNode(c, node, func(n *corev1.Node) {
+		n.Annotations = map[string]string{names.PermittedAnnotation: entries}
+	}))
 }
 
 // capacityNode is a Node with labels, the entries its validator published

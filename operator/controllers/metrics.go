@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 )
 
 // Names of the operator's own metrics (controller-runtime's come on the same

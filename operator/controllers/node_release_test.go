@@ -34,13 +34,12 @@ func releaseLabels(n *corev1.Node) []string {
 // daemon does.
 func reportRelease(t *testing.T, c client.Client, node, operand string, r nodereport.Release) {
 	t.Helper()
-	n := getNode(t, c, node)
-	patch := client.MergeFrom(n.DeepCopy())
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[names.ReleaseReportAnnotation(operand)] = r.Encode()
-	require.NoError(t, c.Patch(context.Background(), n, patch))
+	require.NoError(t, patchNode(c, node, func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[names.ReleaseReportAnnotation(operand)] = r.Encode()
+	}))
 }
 
 // readyNode brings a new node with config up to ready, its operands played

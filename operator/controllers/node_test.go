@@ -67,10 +67,12 @@ func getNode(t *testing.T, c client.Client, name string) *corev1.Node {
 
 func setNodeLabel(t *testing.T, c client.Client, name, key, value string) {
 	t.Helper()
-	n := getNode(t, c, name)
-	patch := client.MergeFrom(n.DeepCopy())
-	n.Labels[key] = value
-	require.NoError(t, c.Patch(context.Background(), n, patch))
+	require.NoError(t, patchNode(c, name, func(n *corev1.Node) {
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[key] = value
+	}))
 }
 
 func nodeState(c client.Client, name string) *v1alpha1.SandboxGPUNode {

@@ -26,22 +26,13 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
 	o := shell.IO{Stdout: &out, Stderr: &errb}
 	if i := slices.Index(args, "--simulate"); i >= 0 {
-		opts := simulated(t, args[i+1]).Options()
+		k, _ := hostsim.NewHost(t, args[i+1])
+		opts := k.Options()
 		o.Host = &opts
 		args = slices.Delete(slices.Clone(args), i, i+2)
 	}
 	code = shell.Run(context.Background(), Program(), args, o)
 	return code, out.String(), errb.String()
-}
-
-// simulated builds the named simulated host in a temporary folder.
-func simulated(t *testing.T, fixture string) *hostsim.Kernel {
-	t.Helper()
-	fx, err := hostsim.Lookup(fixture)
-	require.NoError(t, err)
-	k, err := fx.Build(t.TempDir())
-	require.NoError(t, err)
-	return k
 }
 
 // rootFlags are the flags that point vfio-manager at the roots of opts.
@@ -188,7 +179,8 @@ func TestTableOutput(t *testing.T) {
 // TestRootFlagsAreHonoured points the roots at a simulated tree by flag:
 // status reads only from there.
 func TestRootFlagsAreHonoured(t *testing.T) {
-	opts := simulated(t, "gh200").Options()
+	k, _ := hostsim.NewHost(t, "gh200")
+	opts := k.Options()
 	code, out, stderr := runCLI(t, append([]string{"plan", "--all", "--output", "json"}, rootFlags(opts)...)...)
 	require.Equal(t, 0, code, stderr)
 	var c change
@@ -209,7 +201,7 @@ func TestRootFlagsAreHonoured(t *testing.T) {
 // TestNoModprobeUnderOtherRoots: with roots other than the running
 // kernel's, a missing vfio-pci is refused, never loaded into this kernel.
 func TestNoModprobeUnderOtherRoots(t *testing.T) {
-	k := simulated(t, "a10")
+	k, _ := hostsim.NewHost(t, "a10")
 	opts := k.Options()
 	require.NoError(t, os.RemoveAll(filepath.Join(opts.SysfsRoot, "bus", "pci", "drivers", "vfio-pci")))
 	code, out, stderr := runCLI(t, append([]string{"bind", "--all", "--output", "json"}, rootFlags(opts)...)...)

@@ -35,7 +35,7 @@ func TestCLIAndDaemonShareTheLock(t *testing.T) {
 // a host-side `vfio-manager unbind` on the same lock waits; it cannot run
 // next to the daemon.
 func TestCLIWaitsForTheDaemon(t *testing.T) {
-	k := simulated(t, "a10")
+	k, _ := hostsim.NewHost(t, "a10")
 	release := make(chan struct{})
 	k.SetLatency(func(w hostsim.Write) time.Duration {
 		if filepath.Base(w.Path) == "unbind" {

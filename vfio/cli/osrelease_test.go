@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 )
 
@@ -20,7 +21,7 @@ import (
 // modules.alias to find the GH200's nvgrace_gpu_vfio_pci) and a logged
 // warning; with osrelease present the variant driver is found.
 func TestMissingOSReleaseDegradesToVFIOPCI(t *testing.T) {
-	k := simulated(t, "gh200")
+	k, _ := hostsim.NewHost(t, "gh200")
 	opts := k.Options()
 	run := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
