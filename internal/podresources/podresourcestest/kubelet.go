@@ -27,6 +27,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -171,8 +172,12 @@ func (k *Kubelet) Calls() Calls {
 	return k.calls
 }
 
-// arrive counts a call, waits out a Delay and returns with mu held.
-func (k *Kubelet) arrive(ctx context.Context, count *int) {
+// arrive counts a call and waits out a Delay. It returns with mu held, or,
+// when the call's context ends first, with the context's gRPC status and mu
+// not held: a server whose deadline passes answers with an error, as grpc-go
+// would, and never with data (the server's deadline can pass a moment before
+// the client's, and a late answer would then reach the client).
+func (k *Kubelet) arrive(ctx context.Context, count *int) error {
 	k.mu.Lock()
 	*count++
 	ch := k.delay
@@ -181,9 +186,11 @@ func (k *Kubelet) arrive(ctx context.Context, count *int) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
 	k.mu.Lock()
+	return nil
 }
 
 // podResources renders one pod; the caller holds mu.
@@ -212,7 +219,9 @@ var _ podresourcesv1.PodResourcesListerServer = server{}
 // List implements the PodResources API.
 func (s server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	k := s.k
-	k.arrive(ctx, &k.calls.List)
+	if err := k.arrive(ctx, &k.calls.List); err != nil {
+		return nil, err
+	}
 	defer k.mu.Unlock()
 	keys := slices.SortedFunc(maps.Keys(k.pods), func(a, b podKey) int {
 		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
@@ -227,7 +236,9 @@ func (s server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequ
 // Get implements the PodResources API.
 func (s server) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
 	k := s.k
-	k.arrive(ctx, &k.calls.Get)
+	if err := k.arrive(ctx, &k.calls.Get); err != nil {
+		return nil, err
+	}
 	defer k.mu.Unlock()
 	key := podKey{req.GetPodNamespace(), req.GetPodName()}
 	if _, ok := k.pods[key]; !ok {
@@ -241,7 +252,9 @@ func (s server) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequ
 // SetAllocatable, by resource name.
 func (s server) GetAllocatableResources(ctx context.Context, _ *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
 	k := s.k
-	k.arrive(ctx, &k.calls.GetAllocatableResources)
+	if err := k.arrive(ctx, &k.calls.GetAllocatableResources); err != nil {
+		return nil, err
+	}
 	defer k.mu.Unlock()
 	resp := &podresourcesv1.AllocatableResourcesResponse{}
 	for _, res := range slices.Sorted(maps.Keys(k.allocatable)) {
