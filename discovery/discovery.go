@@ -73,8 +73,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Help: "NVIDIA GPUs (physical functions) found by the last scan that worked."}),
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_discovery_scans_total",
 			Help: "Scans of the host by result (ok, failed)."}, []string{"result"}),
-		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_discovery_node_patches_total",
-			Help: "Writes to the own Node's labels by result (ok, failed)."}, []string{"result"}),
+		patches: ownnode.PatchCounter("discovery", "its GPU labels"),
 	}
 	return m, promreg.Register(reg, "discovery", m.gpus, m.scans, m.patches)
 }
@@ -202,8 +201,8 @@ func (a *Agent) sync(ctx context.Context) {
 		return
 	}
 	sent, err := a.watch.Patch(ctx, node, body)
+	ownnode.CountPatch(a.metrics.patches, sent, err)
 	if err != nil {
-		a.metrics.patches.WithLabelValues("failed").Inc()
 		r.Error = fmt.Sprintf("set labels: %v", err)
 		return
 	}
@@ -211,7 +210,6 @@ func (a *Agent) sync(ctx context.Context) {
 		r.Ready = true // sent; the watch has not caught up yet
 		return
 	}
-	a.metrics.patches.WithLabelValues("ok").Inc()
 	a.o.Log.Info("Labelled node", "node", a.o.NodeName, "gpus", r.GPUs, "patch", string(body))
 	r.Ready = true
 }

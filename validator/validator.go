@@ -86,8 +86,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Help: "Problems found by the last check."}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_validator_checks_total",
 			Help: "Checks by result (ready, not_ready)."}, []string{"result"}),
-		patches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_validator_node_patches_total",
-			Help: "Writes to the own Node by result (ok, failed)."}, []string{"result"}),
+		patches: ownnode.PatchCounter("validator", "the permitted host devices annotation"),
 	}
 	return m, promreg.Register(reg, "validator", m.ready, m.problems, m.checks, m.patches)
 }
@@ -272,14 +271,13 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
 	sent, err := v.watch.Patch(ctx, node, patch)
+	ownnode.CountPatch(v.metrics.patches, sent, err)
 	if err != nil {
-		v.metrics.patches.WithLabelValues("failed").Inc()
 		return append(problems, fmt.Sprintf("publish %s: %v", names.PermittedAnnotation, err))
 	}
 	if !sent {
 		return problems // sent; the watch has not caught up yet
 	}
-	v.metrics.patches.WithLabelValues("ok").Inc()
 	v.o.Log.Info("Published permittedHostDevices", "node", v.o.NodeName, "resources", strings.Join(Resources(p), ","))
 	return problems
 }

@@ -69,9 +69,12 @@ func (m *Manager) serve(ctx context.Context, s *server, what string) bool {
 }
 
 // restartSoon asks Run to restart the servers that are down, with backoff.
-func (m *Manager) restartSoon() {
+func (m *Manager) restartSoon() { wake(m.restart) }
+
+// wake sends a wake-up on ch (buffered, one deep) unless one is pending.
+func wake(ch chan<- struct{}) {
 	select {
-	case m.restart <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

@@ -30,12 +30,7 @@ func (m *Manager) reRegister(ctx context.Context) {
 
 // retrySoon asks Run to retry registrations with a short backoff (the
 // kubelet creates kubelet.sock a moment before it accepts connections).
-func (m *Manager) retrySoon() {
-	select {
-	case m.retry <- struct{}{}:
-	default:
-	}
-}
+func (m *Manager) retrySoon() { wake(m.retry) }
 
 // registerPending retries registrations that failed or are due.
 func (m *Manager) registerPending(ctx context.Context) bool {
