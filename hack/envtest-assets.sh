@@ -20,25 +20,14 @@ go=${GO:-go}
 
 say() { printf 'envtest-assets: %s\n' "$*" >&2; }
 
-cd "$root/test"
-# The test module alone decides the versions: no workspace, no go.mod edits.
-export GOWORK=off
-export GOFLAGS="${GOFLAGS:-} -mod=readonly"
-
-k8s_version=$("$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
-etcd_version=$("$go" list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-case "$k8s_version" in
-v1.*.*) ;;
-*)
-	say "unexpected k8s.io/kubernetes version '$k8s_version' in test/go.mod"
-	exit 1
-	;;
-esac
-
-dir=${SANDBOX_GPU_ENVTEST_BIN_DIR:-$root/.cache/envtest-bin}/${k8s_version#v}
-
 # shellcheck source=hack/envtest-lib.sh
 . "$root/hack/envtest-lib.sh"
+
+enter_test_module
+k8s_version=$(pinned_k8s_version)
+etcd_version=$("$go" list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+
+dir=${SANDBOX_GPU_ENVTEST_BIN_DIR:-$root/.cache/envtest-bin}/${k8s_version#v}
 
 if envtest_up_to_date "$dir" "$k8s_version" "$etcd_version"; then
 	say "kube-apiserver $k8s_version and etcd $etcd_version already in $dir"

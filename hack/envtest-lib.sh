@@ -1,5 +1,27 @@
 # envtest-lib.sh: what hack/envtest-assets.sh, hack/envtest-assets-version.sh and
-# hack/fetch-cluster.sh share. Sourced, not run; the caller sets `go` and defines `say`.
+# hack/fetch-cluster.sh share. Sourced, not run; the caller sets `root` and `go` and defines `say`.
+
+# enter_test_module changes to the test module, where test/go.mod alone decides the versions: no
+# workspace, no go.mod edits.
+enter_test_module() {
+	cd "$root/test" || return 1
+	export GOWORK=off
+	export GOFLAGS="${GOFLAGS:-} -mod=readonly"
+}
+
+# pinned_k8s_version prints the k8s.io/kubernetes release test/go.mod pins (run it in the test
+# module); it fails, saying so, on anything but a release version (v1.x.y).
+pinned_k8s_version() {
+	local v
+	v=$("$go" list -m -f '{{.Version}}' k8s.io/kubernetes) || return 1
+	case "$v" in
+	v1.*.*) printf '%s\n' "$v" ;;
+	*)
+		say "unexpected k8s.io/kubernetes version '$v' in test/go.mod"
+		return 1
+		;;
+	esac
+}
 
 # k8s_ldflags K8S_VERSION prints the -ldflags that stamp a Kubernetes binary the way a release build
 # is (kube-apiserver derives its binary and emulation version from gitVersion; the unstamped

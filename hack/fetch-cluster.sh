@@ -39,19 +39,8 @@ GO=$go "$root/hack/envtest-assets.sh" >/dev/null
 GO=$go "$root/hack/fetch-containerd.sh" >/dev/null
 
 # 3. kubelet, kube-controller-manager and kube-scheduler.
-cd "$root/test"
-# The test module alone decides the versions: no workspace, no go.mod edits.
-export GOWORK=off
-export GOFLAGS="${GOFLAGS:-} -mod=readonly"
-
-k8s_version=$("$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
-case "$k8s_version" in
-v1.*.*) ;;
-*)
-	say "unexpected k8s.io/kubernetes version '$k8s_version' in test/go.mod"
-	exit 1
-	;;
-esac
+enter_test_module
+k8s_version=$(pinned_k8s_version)
 dir=${SANDBOX_GPU_CLUSTER_BIN_DIR:-$root/.cache/cluster-bin}/${k8s_version#v}
 bins=(kubelet kube-controller-manager kube-scheduler)
 
