@@ -28,16 +28,20 @@ func interpreter(ef *elf.File) (string, bool, error) {
 	return "", false, nil
 }
 
-// multiarch returns Debian's multiarch triplet of an ELF machine: the
-// folder glibc's loader searches by default (/lib/<triplet>, /usr/lib/<triplet>).
-func multiarch(m elf.Machine) (string, error) {
+// arch is what an ELF machine is called: its Go architecture (the image's
+// platform) and Debian's multiarch triplet, the folder glibc's loader
+// searches by default (/lib/<triplet>, /usr/lib/<triplet>).
+type arch struct{ goarch, triplet string }
+
+// archOf names an ELF machine the image builder supports.
+func archOf(m elf.Machine) (arch, error) {
 	switch m {
 	case elf.EM_X86_64:
-		return "x86_64-linux-gnu", nil
+		return arch{"amd64", "x86_64-linux-gnu"}, nil
 	case elf.EM_AARCH64:
-		return "aarch64-linux-gnu", nil
+		return arch{"arm64", "aarch64-linux-gnu"}, nil
 	}
-	return "", fmt.Errorf("unsupported ELF machine %v", m)
+	return arch{}, fmt.Errorf("unsupported ELF machine %v", m)
 }
 
 // GlibcFiles returns the files of the extracted libc6 package at root that a
@@ -54,10 +58,11 @@ func GlibcFiles(ef *elf.File, root string, extra []string) ([]File, error) {
 	if !ok {
 		return nil, errors.New("statically linked: no glibc needed")
 	}
-	triplet, err := multiarch(ef.Machine)
+	machine, err := archOf(ef.Machine)
 	if err != nil {
 		return nil, err
 	}
+	triplet := machine.triplet
 	// glibc's loader searches these (Debian's multiarch folders first) when
 	// the image has no /etc/ld.so.cache, and it has none.
 	searchDirs := []string{"/lib/" + triplet, "/usr/lib/" + triplet, "/lib", "/usr/lib"}

@@ -214,7 +214,7 @@ func BuildImage(o Options, binary string) (v1.Image, name.Tag, error) {
 		return nil, name.Tag{}, fmt.Errorf("%s is not an ELF binary: %w", binPath, err)
 	}
 	defer ef.Close()
-	arch, err := goArch(ef.Machine)
+	machine, err := archOf(ef.Machine)
 	if err != nil {
 		return nil, name.Tag{}, fmt.Errorf("%s: %w", binPath, err)
 	}
@@ -276,7 +276,7 @@ func BuildImage(o Options, binary string) (v1.Image, name.Tag, error) {
 	adds = append(adds, addendum(bl, o.Created, what))
 
 	cfg := &v1.ConfigFile{
-		Architecture: arch,
+		Architecture: machine.goarch,
 		OS:           "linux",
 		Created:      v1.Time{Time: o.Created.UTC()},
 		Config: v1.Config{
@@ -320,16 +320,6 @@ func baseLayer() (v1.Layer, error) {
 		{Path: "/home/nonroot", Dir: true, Mode: 0o700, UID: NonRoot, GID: NonRoot},
 		{Path: "/tmp", Dir: true, Mode: 0o1777},
 	})
-}
-
-func goArch(m elf.Machine) (string, error) {
-	switch m {
-	case elf.EM_X86_64:
-		return "amd64", nil
-	case elf.EM_AARCH64:
-		return "arm64", nil
-	}
-	return "", fmt.Errorf("unsupported ELF machine %v", m)
 }
 
 // describeImage sums up an image for the table.
