@@ -23,9 +23,13 @@ func operatorEvents(t *testing.T, c client.Client, node string) map[string][]eve
 	t.Helper()
 	var list eventsv1.EventList
 	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(metav1.NamespaceDefault)))
+	// Only this Node's: an earlier run's Node of the same name (go test
+	// -count=2, one API server) left its events behind.
+	var n corev1.Node
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: node}, &n))
 	out := map[string][]eventsv1.Event{}
 	for _, e := range list.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.ReportingController == "sandbox-gpu-operator" {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Regarding.UID == n.UID && e.ReportingController == "sandbox-gpu-operator" {
 			out[e.Reason] = append(out[e.Reason], e)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -40,11 +41,38 @@ func setPolicy(t *testing.T, c client.Client, sw v1alpha1.SandboxWorkloads, muta
 			m(&p.Spec)
 		}
 		if apierrors.IsNotFound(err) {
+			collectOrphans(t, c)
 			return c.Create(ctx, p)
 		}
 		return c.Update(ctx, p)
 	})
 	require.NoError(t, err)
+}
+
+// collectOrphans deletes what a deleted policy controlled, the operand
+// DaemonSets and the node states, as a cluster's garbage collector does
+// (envtest runs none): a test that creates the policy anew then sees only
+// what its own policy owns, also when an earlier test (or run, go test
+// -count=2) deleted the last one.
+func collectOrphans(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	var sets appsv1.DaemonSetList
+	require.NoError(t, c.List(ctx, &sets))
+	var states v1alpha1.SandboxGPUNodeList
+	require.NoError(t, c.List(ctx, &states))
+	var orphans []client.Object
+	for i := range sets.Items {
+		orphans = append(orphans, &sets.Items[i])
+	}
+	for i := range states.Items {
+		orphans = append(orphans, &states.Items[i])
+	}
+	for _, o := range orphans {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "SandboxGPUPolicy" {
+			require.NoError(t, client.IgnoreNotFound(c.Delete(ctx, o)))
+		}
+	}
 }
 
 func newNode(t *testing.T, c client.Client, name string, labels map[string]string) {
