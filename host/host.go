@@ -190,8 +190,14 @@ func (h *Host) Scan() (*Snapshot, error) {
 	return s, nil
 }
 
-// vanished reports whether a function's sysfs entry is gone.
+// vanished reports whether a function's sysfs entry is gone while the PCI
+// devices folder is still there: one function left (a VF removed). The
+// folder itself gone is no such removal, and the scan fails: a host that
+// cannot be read is no proof that its GPUs are gone.
 func (h *Host) vanished(a Address) bool {
+	if _, err := os.Stat(h.devicesDir()); err != nil {
+		return false
+	}
 	_, err := os.Stat(h.functionDir(a))
 	return errors.Is(err, fs.ErrNotExist)
 }
