@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,8 +158,15 @@ func TestRemovedDevicesTurnUnhealthyAndBack(t *testing.T) {
 
 func TestAllocateValidatesAndBuildsFreshResponses(t *testing.T) {
 	broken := dev("14", 0)
-	checks := 0
-	broken.Check = func() error { checks++; return os.ErrNotExist }
+	var checks atomic.Int32
+	var fixed atomic.Bool
+	broken.Check = func() error {
+		checks.Add(1)
+		if fixed.Load() {
+			return nil
+		}
+		return os.ErrNotExist
+	}
 	h := start(t, nil, dev("12", 0), dev("13", 0), broken)
 	reg, err := h.kubelet.WaitRegistered(ctxT(t), res, 1)
 	require.NoError(t, err)
@@ -184,16 +193,41 @@ func TestAllocateValidatesAndBuildsFreshResponses(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "unknown devices 99, 98")
 
-	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"14"}}}})
+	allocate14 := func() error {
+		_, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"14"}}}})
+		return err
+	}
+	err = allocate14()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "unhealthy devices 14")
-	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"14"}}}})
+	assert.Contains(t, err.Error(), "unhealthy devices 14 (file does not exist)", "checked at Allocate")
+	assert.Equal(t, int32(1), checks.Load())
+	err = allocate14()
 	require.Error(t, err)
-	assert.Equal(t, 1, checks, "a device that failed its check is Unhealthy without checking again")
+	assert.True(t, strings.HasSuffix(err.Error(), "unhealthy devices 14"), "a device that failed its check is refused as Unhealthy, not checked again: %v", err)
 
-	h.host.set(t, dev("12", 0), dev("13", 0))
+	// A scan that finds it checks it again: still failing, it stays
+	// Unhealthy (a rescan does not clear what Allocate found); once its
+	// check passes, it turns Healthy.
 	updates, err := kubelettest.Watch(ctx, c)
 	require.NoError(t, err)
+	before := checks.Load()
+	h.host.set(t, dev("12", 0), dev("13", 0), broken, dev("15", 0)) // 15 new: the scan shows
+	r, err := kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		_, ok := kubelettest.Health(r)["15"]
+		return ok
+	})
+	require.NoError(t, err)
+	assert.Equal(t, pluginapi.Unhealthy, kubelettest.Health(r)["14"], "still Unhealthy after the scan")
+	assert.Greater(t, checks.Load(), before, "the scan checked 14 again")
+	fixed.Store(true)
+	h.host.set(t, dev("12", 0), dev("13", 0), broken, dev("15", 0))
+	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
+		return kubelettest.Health(r)["14"] == pluginapi.Healthy
+	})
+	require.NoError(t, err, "14 passes its check at the next scan: Healthy")
+	require.NoError(t, allocate14())
+
+	h.host.set(t, dev("12", 0), dev("13", 0))
 	_, err = kubelettest.Await(updates, 5*time.Second, func(r *pluginapi.ListAndWatchResponse) bool {
 		return kubelettest.Health(r)["13"] == pluginapi.Healthy && kubelettest.Health(r)["14"] == pluginapi.Unhealthy
 	})

@@ -21,7 +21,8 @@ import (
 
 // server is the deviceplugin v1beta1 server of one resource. Devices that
 // disappear from a scan stay listed as Unhealthy; devices that come back
-// turn Healthy again.
+// turn Healthy again. A device that failed its check at Allocate stays
+// Unhealthy until a scan finds it and its check passes.
 type server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
@@ -46,6 +47,9 @@ type server struct {
 type entry struct {
 	dev     Device
 	healthy bool
+	// failed: the device failed its check at Allocate; scans check it
+	// again before it turns Healthy.
+	failed bool
 }
 
 func newServer(name, socket string, allocs *prometheus.CounterVec, onDown func()) *server {
@@ -69,6 +73,7 @@ func (s *server) counts() (healthy, unhealthy int) {
 // update replaces the device set with a scan's result and wakes the
 // ListAndWatch streams when anything a kubelet sees changed.
 func (s *server) update(res Resource) bool {
+	failing := s.recheck(res.Devices)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if res.Allocate != nil {
@@ -84,10 +89,11 @@ func (s *server) update(res Resource) bool {
 			changed = true
 			continue
 		}
-		if !e.healthy || e.dev.NUMA != d.NUMA {
+		healthy := !failing[d.ID]
+		if e.healthy != healthy || e.dev.NUMA != d.NUMA {
 			changed = true
 		}
-		e.dev, e.healthy = d, true
+		e.dev, e.healthy, e.failed = d, healthy, !healthy
 	}
 	for id, e := range s.devices {
 		if !seen[id] && e.healthy {
@@ -100,13 +106,37 @@ func (s *server) update(res Resource) bool {
 	return changed
 }
 
+// recheck runs the check of each scanned device that failed one at
+// Allocate (outside the lock: a check reads the host) and returns those
+// that still fail.
+func (s *server) recheck(devs []Device) map[string]bool {
+	s.mu.Lock()
+	var again []Device
+	for _, d := range devs {
+		if e, ok := s.devices[d.ID]; ok && e.failed && d.Check != nil {
+			again = append(again, d)
+		}
+	}
+	s.mu.Unlock()
+	failing := map[string]bool{}
+	for _, d := range again {
+		if d.Check() != nil {
+			failing[d.ID] = true
+		}
+	}
+	return failing
+}
+
 // markUnhealthy flags a device found unusable at Allocate time.
 func (s *server) markUnhealthy(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.devices[id]; ok && e.healthy {
-		e.healthy = false
-		s.notifyLocked()
+	if e, ok := s.devices[id]; ok {
+		e.failed = true
+		if e.healthy {
+			e.healthy = false
+			s.notifyLocked()
+		}
 	}
 }
 
