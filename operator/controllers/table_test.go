@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -137,7 +138,19 @@ func tableScenario(t *testing.T, c client.Client) {
 	waitState(t, c, "gpu-a10", "ready", func(s *v1alpha1.SandboxGPUNode) bool {
 		return s.Status.State == v1alpha1.StateReady && s.Status.GPUs == 2
 	})
-	waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonNodesNotReady)
+	// The policy's count is paced and read from the operator's cache: wait
+	// for the one that saw both nodes as they are now, not an earlier one
+	// (gpu-a10 still configuring) or one between (CI saw a count with
+	// gpu-a10 ready and gpu-l4 not yet draining make the policy Ready).
+	testutil.Eventually(t, wait, "the policy to count gpu-l4 draining", func() bool {
+		p := getPolicy(c)
+		if p == nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+		return cond != nil && cond.ObservedGeneration == p.Generation && cond.Reason == ReasonNodesNotReady &&
+			cond.Message == "1 of 2 GPU nodes is ready; not ready: gpu-l4 (draining)."
+	})
 
 }
 
