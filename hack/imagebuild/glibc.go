@@ -62,10 +62,9 @@ func GlibcFiles(ef *elf.File, root string, extra []string) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	triplet := machine.triplet
 	// glibc's loader searches these (Debian's multiarch folders first) when
 	// the image has no /etc/ld.so.cache, and it has none.
-	searchDirs := []string{"/lib/" + triplet, "/usr/lib/" + triplet, "/lib", "/usr/lib"}
+	searchDirs := []string{"/lib/" + machine.triplet, "/usr/lib/" + machine.triplet, "/lib", "/usr/lib"}
 
 	c := collector{root: root, files: map[string]File{}}
 	if err := c.add(interp); err != nil {

@@ -42,18 +42,20 @@ func getPolicy(c client.Client) *v1alpha1.SandboxGPUPolicy {
 	return p
 }
 
-// waitPolicyCondition waits until the policy's condition typ has reason and
-// was computed for the policy's generation.
-func waitPolicyCondition(t *testing.T, c client.Client, typ, reason string) *v1alpha1.SandboxGPUPolicy {
+// waitPolicyCondition waits until the policy's condition typ has reason
+// (and message, unless that is empty) and was computed for the policy's
+// generation. A message names the nodes as the count saw them: it tells a
+// count from an earlier one with the same reason.
+func waitPolicyCondition(t *testing.T, c client.Client, typ, reason, message string) *v1alpha1.SandboxGPUPolicy {
 	t.Helper()
 	var p *v1alpha1.SandboxGPUPolicy
-	testutil.Eventually(t, wait, "policy "+typ+" "+reason, func() bool {
+	testutil.Eventually(t, wait, "policy "+typ+" "+reason+" "+message, func() bool {
 		p = getPolicy(c)
 		if p == nil {
 			return false
 		}
 		cond := meta.FindStatusCondition(p.Status.Conditions, typ)
-		return cond != nil && cond.Reason == reason && cond.ObservedGeneration == p.Generation
+		return cond != nil && cond.Reason == reason && (message == "" || cond.Message == message) && cond.ObservedGeneration == p.Generation
 	})
 	return p
 }
@@ -76,7 +78,7 @@ func TestPolicyNotReadyWithoutGPUNodes(t *testing.T) {
 	ensureNamespace(t, c, operandNS) // the operand DaemonSets apply (also when this test runs alone)
 	setPolicy(t, c, sandboxOn("container"))
 	startOperator(t, newClock())
-	p := waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonNoGPUNodes)
+	p := waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonNoGPUNodes, "")
 	checkPolicyConditions(t, p)
 	ready := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
@@ -87,7 +89,7 @@ func TestPolicyNotReadyWithoutGPUNodes(t *testing.T) {
 
 	newNode(t, c, "p-only", nil)
 	readyOperands(t, c, "p-only", containerOps...)
-	p = waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonAllNodesReady)
+	p = waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonAllNodesReady, "")
 	checkPolicyConditions(t, p)
 	assert.Equal(t, "The GPU node is ready.", meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady).Message)
 	assert.Equal(t, "No GPU node or operand has failed.", meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionDegraded).Message)
@@ -113,7 +115,7 @@ func TestPolicyMessagesNameFailuresInProse(t *testing.T) {
 		waitState(t, c, n, "draining", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateDraining })
 	}
 	clk.advance(2 * time.Minute)
-	p := waitPolicyCondition(t, c, v1alpha1.ConditionDegraded, ReasonNodesFailed)
+	p := waitPolicyCondition(t, c, v1alpha1.ConditionDegraded, ReasonNodesFailed, "")
 	testutil.Eventually(t, wait, "both failures counted", func() bool {
 		p = getPolicy(c)
 		return p.Status.Nodes.Failed == 2 && p.Status.Nodes.Ready == 1

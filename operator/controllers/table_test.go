@@ -5,21 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"text/tabwriter"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -142,15 +139,7 @@ func tableScenario(t *testing.T, c client.Client) {
 	// for the one that saw both nodes as they are now, not an earlier one
 	// (gpu-a10 still configuring) or one between (CI saw a count with
 	// gpu-a10 ready and gpu-l4 not yet draining make the policy Ready).
-	testutil.Eventually(t, wait, "the policy to count gpu-l4 draining", func() bool {
-		p := getPolicy(c)
-		if p == nil {
-			return false
-		}
-		cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-		return cond != nil && cond.ObservedGeneration == p.Generation && cond.Reason == ReasonNodesNotReady &&
-			cond.Message == "1 of 2 GPU nodes is ready; not ready: gpu-l4 (draining)."
-	})
+	waitPolicyCondition(t, c, v1alpha1.ConditionReady, ReasonNodesNotReady, "1 of 2 GPU nodes is ready; not ready: gpu-l4 (draining).")
 
 }
 
@@ -161,35 +150,17 @@ func TestKubectlTables(t *testing.T) {
 	needEnv(t)
 	c := testClient(t)
 	tableScenario(t, c)
-	// The scenario's states are reached; each table is read again until
-	// it shows them too (a status patch and the message it carries land
-	// together, but a read may still race the operator's last write), so
-	// the assertions below judge the settled table.
-	want := map[string][]string{
-		"gpu-a10": {"gpu-a10", "vm-passthrough", "vm-passthrough", "ready", "2", "2", "0"},
-		"gpu-l4":  {"gpu-l4", "container", "vm-vgpu", "draining", "1", "0", "0"},
-	}
-	var nodes *metav1.Table
-	testutil.Eventually(t, wait, "the node table to show gpu-a10 ready and gpu-l4 draining", func() bool {
-		nodes = getTable(t, "sandboxgpunodes")
-		rows := cells(nodes)
-		for name, w := range want {
-			if len(rows[name]) < len(w) || !slices.Equal(rows[name][:len(w)], w) {
-				return false
-			}
-		}
-		return true
-	})
+	nodes := getTable(t, "sandboxgpunodes")
 	assert.Equal(t, []column{{"Name", "string", 0}, {"Config", "string", 0}, {"Desired", "string", 0}, {"State", "string", 0},
 		{"GPUs", "integer", 0}, {"VFIO", "integer", 0}, {"vGPUs", "integer", 0}, {"Age", "date", 0}, {"Message", "string", 1}}, columns(nodes))
 	rows := cells(nodes)
 	age := regexp.MustCompile(`^\d+s$`)
 	require.Contains(t, rows, "gpu-a10")
-	assert.Equal(t, want["gpu-a10"], rows["gpu-a10"][:7])
+	assert.Equal(t, []string{"gpu-a10", "vm-passthrough", "vm-passthrough", "ready", "2", "2", "0"}, rows["gpu-a10"][:7])
 	assert.Regexp(t, age, rows["gpu-a10"][7])
 	assert.Empty(t, rows["gpu-a10"][8], "a ready node has nothing to say")
 	require.Contains(t, rows, "gpu-l4")
-	assert.Equal(t, want["gpu-l4"], rows["gpu-l4"][:7], "CONFIG is what runs, DESIRED where it goes")
+	assert.Equal(t, []string{"gpu-l4", "container", "vm-vgpu", "draining", "1", "0", "0"}, rows["gpu-l4"][:7], "CONFIG is what runs, DESIRED where it goes")
 	assert.Equal(t, "Draining from container to vm-vgpu: waiting for 1 GPU pod to finish: default/train-gpu-l4.", rows["gpu-l4"][8])
 
 	policies := getTable(t, "sandboxgpupolicies")
