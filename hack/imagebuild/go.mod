@@ -2,6 +2,8 @@ module github.com/sandbox-gpu/sandbox-gpu/hack/imagebuild
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require github.com/google/go-containerregistry v0.22.1
 
 require (
