@@ -7,6 +7,7 @@
 //	imagebuild build [--root DIR] --bin-dir DIR --out DIR [--registry R] [--version V]
 //	                 [--libc-root DIR --libc-version V [--libc-sha256 H]] [--binaries a,b]
 //	imagebuild push  --from DIR [--registry R] [--insecure]
+//	imagebuild verify-deb --deb FILE --package P --version V --arch A [--keyring FILE] [--lists DIR]
 //
 // hack/images.sh builds the binaries reproducibly and fetches Debian's libc6
 // before it calls build; `make images` and `make push` call hack/images.sh.
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 )
 
 const usage = `usage:
@@ -31,6 +33,7 @@ const usage = `usage:
                    [--revision REV] [--created UNIX_SECONDS]
                    [--libc-root DIR --libc-version V [--libc-sha256 HEX]] [--binaries a,b,...]
   imagebuild push  --from DIR [--registry R] [--insecure]
+  imagebuild verify-deb --deb FILE --package P --version V --arch A [--keyring FILE] [--lists DIR]
 `
 
 func main() {
@@ -57,6 +60,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return runBuild(args[1:], stdout)
 	case "push":
 		return runPush(ctx, args[1:], stdout)
+	case "verify-deb":
+		return runVerifyDeb(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -144,6 +149,29 @@ func runPush(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	printTable(stdout, results)
+	return nil
+}
+
+func runVerifyDeb(args []string, stdout io.Writer) error {
+	c := DebCheck{Now: time.Now()}
+	fs := flag.NewFlagSet("imagebuild verify-deb", flag.ContinueOnError)
+	fs.StringVar(&c.Deb, "deb", "", "the .deb file to check")
+	fs.StringVar(&c.Package, "package", "", "its package name in Debian's index (libc6)")
+	fs.StringVar(&c.Version, "version", "", "its Debian version")
+	fs.StringVar(&c.Arch, "arch", "", "its Debian architecture (amd64, arm64)")
+	fs.StringVar(&c.Keyring, "keyring", DebianKeyring, "OpenPGP keys that must have signed the index")
+	fs.StringVar(&c.Lists, "lists", AptLists, "apt's lists folder: the InRelease and Packages files apt-get update fetched")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 || c.Deb == "" || c.Package == "" || c.Version == "" || c.Arch == "" {
+		return errors.New("verify-deb needs --deb, --package, --version and --arch, and no arguments")
+	}
+	proof, err := VerifyDeb(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, proof)
 	return nil
 }
 

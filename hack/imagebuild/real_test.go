@@ -21,6 +21,7 @@ import (
 // holds glibc's loader, libc and the libraries a dlopened NVML needs, all
 // from Debian's libc6 and nothing else of it; and in a chroot of that image
 // the plugin dlopens a libnvidia-ml.so.1 from a "host" folder and calls it.
+// The libc6 .deb was checked against Debian's signed package index.
 func TestRealImages(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -63,6 +64,11 @@ func TestRealImages(t *testing.T) {
 	version := readTrim(t, filepath.Join(libc6, "version"))
 	if installed, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", "libc6").Output(); string(installed) != version {
 		t.Errorf("libc6 %s fetched, %s installed (the version cgo linked against)", version, installed)
+	}
+	// The .deb was checked against Debian's signed index (imagebuild verify-deb) before it was used.
+	if index := readTrim(t, filepath.Join(libc6, "index")); !strings.Contains(index, "sha256 "+readTrim(t, filepath.Join(libc6, "sha256"))) ||
+		!strings.Contains(index, "_InRelease") || !strings.Contains(index, "signed by ") {
+		t.Errorf("libc6's index record %q: want the .deb's sha256 and the signed InRelease that lists it", index)
 	}
 
 	vfio := openImage(t, filepath.Join(out1, "vfio-manager.tar"))
