@@ -1,5 +1,6 @@
 // Command imagebuild writes one OCI image archive per shipped binary of
-// sandbox-gpu, and pushes those archives to a registry, with no container
+// sandbox-gpu (and its CycloneDX SBOM, <binary>.cdx.json), checks the Debian
+// packages that go into them, and pushes those archives to a registry, with no container
 // daemon: go-containerregistry builds the images in process, from files on
 // disk, and the same library pushes them.
 //
@@ -95,7 +96,7 @@ func runBuild(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("imagebuild build", flag.ContinueOnError)
 	root := fs.String("root", "", "repository root: cmd/ names the binaries and describes them (default: the git top level)")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "folder holding the built binaries")
-	fs.StringVar(&o.OutDir, "out", "bin/images", "folder the archives are written to, one <binary>.tar each")
+	fs.StringVar(&o.OutDir, "out", "bin/images", "folder the archives are written to, one <binary>.tar and its SBOM <binary>.cdx.json each")
 	fs.StringVar(&o.Registry, "registry", DefaultRegistry, "registry and path of the image names: <registry>/<binary>:<version>")
 	fs.StringVar(&o.Version, "version", DefaultVersion, "image tag and org.opencontainers.image.version")
 	revision := fs.String("revision", "", "org.opencontainers.image.revision (default: git HEAD of --root)")

@@ -59,6 +59,14 @@ func TestRealImages(t *testing.T) {
 		}
 	}
 
+	for _, b := range []string{"vfio-manager", "nri-gpu-plugin"} {
+		a, err1 := os.ReadFile(filepath.Join(out1, b+SBOMSuffix))
+		c, err2 := os.ReadFile(filepath.Join(out2, b+SBOMSuffix))
+		if err1 != nil || err2 != nil || !bytes.Equal(a, c) {
+			t.Errorf("%s: the SBOMs of the two builds differ (%v, %v)", b, err1, err2)
+		}
+	}
+
 	libc6 := strings.TrimSpace(lastLine(images("", "libc6")))
 	libcRoot := filepath.Join(libc6, "root")
 	version := readTrim(t, filepath.Join(libc6, "version"))
@@ -87,6 +95,35 @@ func TestRealImages(t *testing.T) {
 	if cf.Config.User != "0:0" || cf.Architecture != "amd64" && cf.Architecture != "arm64" {
 		t.Errorf("user %s, architecture %s", cf.Config.User, cf.Architecture)
 	}
+	// The NRI image's SBOM lists every Go module `go version -m` names in
+	// its binary, and the libc6 package its glibc comes from.
+	bom := readSBOM(t, filepath.Join(out1, "nri-gpu-plugin"+SBOMSuffix))
+	gv, err := exec.Command("go", "version", "-m", filepath.Join(tmp, "bin", "nri-gpu-plugin")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []string
+	for line := range strings.Lines(string(gv)) {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "dep" {
+			mods = append(mods, f[1]+" "+f[2])
+		} else if len(f) == 2 && strings.HasSuffix(f[0], ":") {
+			mods = append(mods, "stdlib "+f[1])
+		}
+	}
+	slices.Sort(mods)
+	if got := sbomModules(bom); len(mods) < 10 || !slices.Equal(got, mods) {
+		t.Errorf("Go modules in the NRI image's SBOM:\n got %q\nwant (go version -m) %q", got, mods)
+	}
+	var debs []string
+	for _, c := range *bom.Components {
+		if strings.HasPrefix(c.PackageURL, "pkg:deb/") && c.Hashes != nil {
+			debs = append(debs, c.Name+" "+c.Version+" "+(*c.Hashes)[0].Value)
+		}
+	}
+	if want := []string{"libc6 " + version + " " + readTrim(t, filepath.Join(libc6, "sha256"))}; !slices.Equal(debs, want) {
+		t.Errorf("Debian packages in the NRI image's SBOM: %q, want %q", debs, want)
+	}
+
 	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[cf.Architecture]
 	ef, err := elf.Open(filepath.Join(tmp, "bin", "nri-gpu-plugin"))
 	if err != nil {
