@@ -82,3 +82,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
 )
+
+replace github.com/tetratelabs/wazero => ./third_party/nowasm/wazero
+
+replace github.com/knqyf263/go-plugin => ./third_party/nowasm/go-plugin
