@@ -96,21 +96,14 @@ func TestRealImages(t *testing.T) {
 		t.Errorf("user %s, architecture %s", cf.Config.User, cf.Architecture)
 	}
 	// The NRI image's SBOM lists every Go module `go version -m` names in
-	// its binary, and the libc6 package its glibc comes from.
+	// its binary (wazero and go-plugin as the stand-ins that replace them),
+	// and the libc6 package its glibc comes from.
 	bom := readSBOM(t, filepath.Join(out1, "nri-gpu-plugin"+SBOMSuffix))
 	gv, err := exec.Command("go", "version", "-m", filepath.Join(tmp, "bin", "nri-gpu-plugin")).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mods []string
-	for line := range strings.Lines(string(gv)) {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "dep" {
-			mods = append(mods, f[1]+" "+f[2])
-		} else if len(f) == 2 && strings.HasSuffix(f[0], ":") {
-			mods = append(mods, "stdlib "+f[1])
-		}
-	}
-	slices.Sort(mods)
+	mods := goVersionModules(string(gv))
 	if got := sbomModules(bom); len(mods) < 10 || !slices.Equal(got, mods) {
 		t.Errorf("Go modules in the NRI image's SBOM:\n got %q\nwant (go version -m) %q", got, mods)
 	}

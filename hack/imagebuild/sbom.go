@@ -70,9 +70,11 @@ func SBOM(o Options, binary string, img v1.Image, ref name.Tag) ([]byte, error) 
 		components = append(components, std)
 		appDeps = append(appDeps, std.BOMRef)
 		for _, d := range bi.Deps {
+			// A replaced module is what replaces it: the version and sum
+			// of the replacement ((devel) for a folder of this repository).
 			m, replaced := d, ""
 			if d.Replace != nil {
-				m, replaced = d.Replace, strings.TrimSpace(d.Replace.Path+" "+d.Replace.Version)
+				m, replaced = d.Replace, strings.TrimSpace(d.Replace.Path+" "+d.Replace.Version)+" (required "+d.Version+")"
 			}
 			c := goComponent(d.Path, m.Version, m.Sum, replaced)
 			components = append(components, c)

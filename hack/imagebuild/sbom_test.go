@@ -81,14 +81,7 @@ func TestSBOM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	for line := range strings.Lines(string(out)) {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "dep" {
-			want = append(want, f[1]+" "+f[2])
-		} else if len(f) == 2 && strings.HasSuffix(f[0], ":") {
-			want = append(want, "stdlib "+f[1]) // the first line: "<file>: go1.26.8"
-		}
-	}
+	want := goVersionModules(string(out))
 	slices.Sort(want)
 	if len(want) < 3 {
 		t.Fatalf("go version -m printed %d modules:\n%s", len(want), out)
@@ -134,4 +127,25 @@ func TestSBOM(t *testing.T) {
 	if c, _ := os.ReadFile(filepath.Join(o3.OutDir, "vfio-manager.cdx.json")); bytes.Equal(a, c) {
 		t.Error("another image time (another digest) wrote the same SBOM")
 	}
+}
+
+// goVersionModules lists the modules `go version -m` prints, as "path
+// version": a replaced module at its replacement's version ((devel) for a
+// folder), and the standard library as stdlib.
+func goVersionModules(out string) []string {
+	var mods []string
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "dep":
+			mods = append(mods, f[1]+" "+f[2])
+		case len(f) >= 3 && f[0] == "=>" && len(mods) > 0:
+			path, _, _ := strings.Cut(mods[len(mods)-1], " ")
+			mods[len(mods)-1] = path + " " + f[2]
+		case len(f) == 2 && strings.HasSuffix(f[0], ":"):
+			mods = append(mods, "stdlib "+f[1]) // the first line: "<file>: go1.26.8"
+		}
+	}
+	slices.Sort(mods)
+	return mods
 }
