@@ -1,6 +1,9 @@
 # sandbox-gpu: run `make help` for the targets.
 SHELL := /bin/bash
 GO            ?= go
+# The go command never downloads a toolchain: every go.mod pins the one this repository is built with
+# (toolchain line, TestToolchainPinned), and the Go on PATH is used as it is.
+export GOTOOLCHAIN ?= local
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Tests build simulated sysfs trees: tmpfs makes them ~20x faster than ext4.
 TEST_TMPDIR   ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)

@@ -7,13 +7,14 @@
 #                            (go-containerregistry): an OCI image layout in a tar, for `ctr images import`
 #                            and `skopeo copy oci-archive:`. Prints each image's name, digest and size.
 #   hack/images.sh push      pushes every archive of $OUT to $REGISTRY (INSECURE=1: plain HTTP allowed).
-#   hack/images.sh libc6     fetches libc6 only; prints its folder (root/, version, sha256).
+#   hack/images.sh libc6     fetches libc6 only; prints its folder (root/, version, sha256, index).
 #   hack/images.sh deps      installs what hack/imagebuild's tests need from apt (docker-registry), if missing.
 #
 # Environment: REGISTRY (ghcr.io/sandbox-gpu), VERSION (v0.1.0), BIN_DIR (bin), OUT (bin/images),
 # CGO_BINARIES (nri-gpu-plugin: built with cgo, as `make build` does), BINARIES (default: all shipped),
 # SOURCE_DATE_EPOCH (default: HEAD's commit time), REVISION (default: git HEAD; for a tree outside git),
-# INSECURE (0). Same sources, same digests.
+# INSECURE (0), DEBIAN_KEYRING (/usr/share/keyrings/debian-archive-keyring.gpg: the keys Debian's index
+# must be signed by). Same sources, same digests.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,6 +25,7 @@ BIN_DIR=${BIN_DIR:-bin}
 OUT=${OUT:-bin/images}
 CGO_BINARIES=${CGO_BINARIES:-nri-gpu-plugin}
 INSECURE=${INSECURE:-0}
+DEBIAN_KEYRING=${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 go=${GO:-go}
 cache=$root/.cache
 
@@ -41,14 +43,15 @@ build_tool() {
 }
 
 # fetch_libc6 extracts Debian's libc6 package, at the version installed here (the glibc the cgo binaries
-# are linked against), into .cache/libc6/<version>_<arch>/root, once. The image's glibc comes from this
-# package, never from the host's /lib.
+# are linked against), into .cache/libc6/verified/<version>_<arch>/root, once, after checking the .deb against
+# Debian's signed package index (index: what listed it). The image's glibc comes from this package, never
+# from the host's /lib.
 libc6_dir=
 fetch_libc6() {
 	local version arch dir tmp
 	version=$(dpkg-query -W -f='${Version}' libc6)
 	arch=$(dpkg --print-architecture)
-	dir=$cache/libc6/${version}_$arch
+	dir=$cache/libc6/verified/${version}_$arch
 	if [ ! -f "$dir/sha256" ]; then
 		say "apt-get download libc6=$version"
 		tmp=$(mktemp -d)
@@ -57,11 +60,22 @@ fetch_libc6() {
 			apt_update
 			(cd "$tmp" && apt-get download -q=2 -o APT::Sandbox::User=root "libc6:$arch=$version")
 		fi
+		# The .deb must be the one Debian's signed index lists: InRelease verified against Debian's
+		# archive keys, the Packages file against InRelease, the .deb against Packages (imagebuild
+		# verify-deb). Stale lists get one apt-get update.
+		local deb proof
+		deb=$(echo "$tmp"/libc6_*.deb)
+		if ! proof=$("$tool" verify-deb --deb "$deb" --package libc6 --version "$version" --arch "$arch" --keyring "$DEBIAN_KEYRING"); then
+			apt_update
+			proof=$("$tool" verify-deb --deb "$deb" --package libc6 --version "$version" --arch "$arch" --keyring "$DEBIAN_KEYRING")
+		fi
+		say "verified $proof"
 		rm -rf "$dir"
 		mkdir -p "$dir"
-		dpkg-deb -x "$tmp"/libc6_*.deb "$dir/root"
+		dpkg-deb -x "$deb" "$dir/root"
 		printf '%s\n' "$version" >"$dir/version"
-		sha256sum "$tmp"/libc6_*.deb | cut -d' ' -f1 >"$dir/sha256"
+		printf '%s\n' "$proof" >"$dir/index"
+		sha256sum "$deb" | cut -d' ' -f1 >"$dir/sha256"
 		rm -rf "$tmp"
 	fi
 	libc6_dir=$dir
@@ -121,6 +135,7 @@ deps)
 	apt_install_missing docker-registry
 	;;
 libc6)
+	build_tool
 	fetch_libc6
 	echo "$libc6_dir"
 	;;

@@ -2,15 +2,24 @@ module github.com/sandbox-gpu/sandbox-gpu/hack/imagebuild
 
 go 1.26.0
 
-require github.com/google/go-containerregistry v0.22.1
+toolchain go1.26.8
 
 require (
+	github.com/CycloneDX/cyclonedx-go v0.12.0
+	github.com/ProtonMail/go-crypto v1.5.2
+	github.com/google/go-containerregistry v0.22.1
+	github.com/pierrec/lz4/v4 v4.1.33
+)
+
+require (
+	github.com/cloudflare/circl v1.6.3 // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	golang.org/x/crypto v0.41.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	gotest.tools/v3 v3.5.2 // indirect

@@ -105,6 +105,7 @@ type Result struct {
 	Unpacked int64  // the layers' uncompressed tar bytes
 	User     string
 	Path     string // the archive
+	SBOM     string // its CycloneDX SBOM, <binary>.cdx.json beside it
 }
 
 // Discover lists the shipped binaries: the directories of <root>/cmd that
@@ -164,8 +165,8 @@ func Ref(registry, binary, version string) (name.Tag, error) {
 	return name.NewTag(strings.TrimSuffix(registry, "/")+"/"+binary+":"+version, name.StrictValidation)
 }
 
-// Build writes an archive for each binary and returns what it wrote, in
-// the binaries' order.
+// Build writes an archive and its SBOM for each binary and returns what it
+// wrote, in the binaries' order.
 func Build(o Options) ([]Result, error) {
 	bins := o.Binaries
 	if len(bins) == 0 {
@@ -187,11 +188,19 @@ func Build(o Options) ([]Result, error) {
 		if err := WriteArchive(path, img, ref); err != nil {
 			return nil, fmt.Errorf("%s: %w", b, err)
 		}
+		sbom, err := SBOM(o, b, img, ref)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b, err)
+		}
+		sbomPath := filepath.Join(o.OutDir, b+SBOMSuffix)
+		if err := os.WriteFile(sbomPath, sbom, 0o644); err != nil {
+			return nil, fmt.Errorf("%s: %w", b, err)
+		}
 		r, err := describeImage(img, ref)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", b, err)
 		}
-		r.Binary, r.Path = b, path
+		r.Binary, r.Path, r.SBOM = b, path, sbomPath
 		out = append(out, r)
 	}
 	return out, nil

@@ -1,5 +1,6 @@
 // Command imagebuild writes one OCI image archive per shipped binary of
-// sandbox-gpu, and pushes those archives to a registry, with no container
+// sandbox-gpu (and its CycloneDX SBOM, <binary>.cdx.json), checks the Debian
+// packages that go into them, and pushes those archives to a registry, with no container
 // daemon: go-containerregistry builds the images in process, from files on
 // disk, and the same library pushes them.
 //
@@ -7,6 +8,7 @@
 //	imagebuild build [--root DIR] --bin-dir DIR --out DIR [--registry R] [--version V]
 //	                 [--libc-root DIR --libc-version V [--libc-sha256 H]] [--binaries a,b]
 //	imagebuild push  --from DIR [--registry R] [--insecure]
+//	imagebuild verify-deb --deb FILE --package P --version V --arch A [--keyring FILE] [--lists DIR]
 //
 // hack/images.sh builds the binaries reproducibly and fetches Debian's libc6
 // before it calls build; `make images` and `make push` call hack/images.sh.
@@ -23,6 +25,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 )
 
 const usage = `usage:
@@ -31,6 +34,7 @@ const usage = `usage:
                    [--revision REV] [--created UNIX_SECONDS]
                    [--libc-root DIR --libc-version V [--libc-sha256 HEX]] [--binaries a,b,...]
   imagebuild push  --from DIR [--registry R] [--insecure]
+  imagebuild verify-deb --deb FILE --package P --version V --arch A [--keyring FILE] [--lists DIR]
 `
 
 func main() {
@@ -57,6 +61,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return runBuild(args[1:], stdout)
 	case "push":
 		return runPush(ctx, args[1:], stdout)
+	case "verify-deb":
+		return runVerifyDeb(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -90,7 +96,7 @@ func runBuild(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("imagebuild build", flag.ContinueOnError)
 	root := fs.String("root", "", "repository root: cmd/ names the binaries and describes them (default: the git top level)")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "folder holding the built binaries")
-	fs.StringVar(&o.OutDir, "out", "bin/images", "folder the archives are written to, one <binary>.tar each")
+	fs.StringVar(&o.OutDir, "out", "bin/images", "folder the archives are written to, one <binary>.tar and its SBOM <binary>.cdx.json each")
 	fs.StringVar(&o.Registry, "registry", DefaultRegistry, "registry and path of the image names: <registry>/<binary>:<version>")
 	fs.StringVar(&o.Version, "version", DefaultVersion, "image tag and org.opencontainers.image.version")
 	revision := fs.String("revision", "", "org.opencontainers.image.revision (default: git HEAD of --root)")
@@ -144,6 +150,29 @@ func runPush(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	printTable(stdout, results)
+	return nil
+}
+
+func runVerifyDeb(args []string, stdout io.Writer) error {
+	c := DebCheck{Now: time.Now()}
+	fs := flag.NewFlagSet("imagebuild verify-deb", flag.ContinueOnError)
+	fs.StringVar(&c.Deb, "deb", "", "the .deb file to check")
+	fs.StringVar(&c.Package, "package", "", "its package name in Debian's index (libc6)")
+	fs.StringVar(&c.Version, "version", "", "its Debian version")
+	fs.StringVar(&c.Arch, "arch", "", "its Debian architecture (amd64, arm64)")
+	fs.StringVar(&c.Keyring, "keyring", DebianKeyring, "OpenPGP keys that must have signed the index")
+	fs.StringVar(&c.Lists, "lists", AptLists, "apt's lists folder: the InRelease and Packages files apt-get update fetched")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 || c.Deb == "" || c.Package == "" || c.Version == "" || c.Arch == "" {
+		return errors.New("verify-deb needs --deb, --package, --version and --arch, and no arguments")
+	}
+	proof, err := VerifyDeb(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, proof)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 // holds glibc's loader, libc and the libraries a dlopened NVML needs, all
 // from Debian's libc6 and nothing else of it; and in a chroot of that image
 // the plugin dlopens a libnvidia-ml.so.1 from a "host" folder and calls it.
+// The libc6 .deb was checked against Debian's signed package index.
 func TestRealImages(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -58,11 +59,24 @@ func TestRealImages(t *testing.T) {
 		}
 	}
 
+	for _, b := range []string{"vfio-manager", "nri-gpu-plugin"} {
+		a, err1 := os.ReadFile(filepath.Join(out1, b+SBOMSuffix))
+		c, err2 := os.ReadFile(filepath.Join(out2, b+SBOMSuffix))
+		if err1 != nil || err2 != nil || !bytes.Equal(a, c) {
+			t.Errorf("%s: the SBOMs of the two builds differ (%v, %v)", b, err1, err2)
+		}
+	}
+
 	libc6 := strings.TrimSpace(lastLine(images("", "libc6")))
 	libcRoot := filepath.Join(libc6, "root")
 	version := readTrim(t, filepath.Join(libc6, "version"))
 	if installed, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", "libc6").Output(); string(installed) != version {
 		t.Errorf("libc6 %s fetched, %s installed (the version cgo linked against)", version, installed)
+	}
+	// The .deb was checked against Debian's signed index (imagebuild verify-deb) before it was used.
+	if index := readTrim(t, filepath.Join(libc6, "index")); !strings.Contains(index, "sha256 "+readTrim(t, filepath.Join(libc6, "sha256"))) ||
+		!strings.Contains(index, "_InRelease") || !strings.Contains(index, "signed by ") {
+		t.Errorf("libc6's index record %q: want the .deb's sha256 and the signed InRelease that lists it", index)
 	}
 
 	vfio := openImage(t, filepath.Join(out1, "vfio-manager.tar"))
@@ -81,6 +95,28 @@ func TestRealImages(t *testing.T) {
 	if cf.Config.User != "0:0" || cf.Architecture != "amd64" && cf.Architecture != "arm64" {
 		t.Errorf("user %s, architecture %s", cf.Config.User, cf.Architecture)
 	}
+	// The NRI image's SBOM lists every Go module `go version -m` names in
+	// its binary (wazero and go-plugin as the stand-ins that replace them),
+	// and the libc6 package its glibc comes from.
+	bom := readSBOM(t, filepath.Join(out1, "nri-gpu-plugin"+SBOMSuffix))
+	gv, err := exec.Command("go", "version", "-m", filepath.Join(tmp, "bin", "nri-gpu-plugin")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := goVersionModules(string(gv))
+	if got := sbomModules(bom); len(mods) < 10 || !slices.Equal(got, mods) {
+		t.Errorf("Go modules in the NRI image's SBOM:\n got %q\nwant (go version -m) %q", got, mods)
+	}
+	var debs []string
+	for _, c := range *bom.Components {
+		if strings.HasPrefix(c.PackageURL, "pkg:deb/") && c.Hashes != nil {
+			debs = append(debs, c.Name+" "+c.Version+" "+(*c.Hashes)[0].Value)
+		}
+	}
+	if want := []string{"libc6 " + version + " " + readTrim(t, filepath.Join(libc6, "sha256"))}; !slices.Equal(debs, want) {
+		t.Errorf("Debian packages in the NRI image's SBOM: %q, want %q", debs, want)
+	}
+
 	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[cf.Architecture]
 	ef, err := elf.Open(filepath.Join(tmp, "bin", "nri-gpu-plugin"))
 	if err != nil {

@@ -9,6 +9,10 @@
 //     shell's root flags, globs, names a path of /sys or /proc, or hands a
 //     /dev path to a file-system call (a short allow-list says where and
 //     why not).
+//   - modules_test.go: the k8s.io modules of every go.mod are at one
+//     Kubernetes release, and every go.mod pins the toolchain.
+//   - wasm_test.go: the NRI plugin links no WebAssembly runtime (wazero
+//     and go-plugin come from the stand-ins in third_party/nowasm).
 //
 // Each rule is proven able to fail by a table test on synthetic input.
 package archtest

@@ -155,8 +155,9 @@ var bareDriverVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
 // VGPUManagerImage is the vGPU host driver's image, as the GPU Operator
 // makes it: <repository>/<image>:<version>, with osTag (ubuntu22.04)
 // appended to a bare driver version (550.90.05-ubuntu22.04); a sha256:
-// version is a digest (@sha256:...). Without a repository and version the
-// image is a whole reference. "" when no image is given.
+// version is a digest (@sha256:...), and Digest wins over any version.
+// Without a repository and version the image is a whole reference. "" when
+// no image is given.
 func VGPUManagerImage(m v1alpha1.VGPUManagerSpec, osTag string) string {
 	if m.Image == "" {
 		return ""
@@ -166,6 +167,8 @@ func VGPUManagerImage(m v1alpha1.VGPUManagerSpec, osTag string) string {
 		ref = strings.TrimSuffix(m.Repository, "/") + "/" + m.Image
 	}
 	switch v := m.Version; {
+	case m.Digest != "":
+		ref += "@" + m.Digest // the digest wins over any version
 	case v == "":
 	case strings.HasPrefix(v, "sha256:"):
 		ref += "@" + v

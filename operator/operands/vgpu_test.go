@@ -139,15 +139,19 @@ func TestVGPUManagerDaemonSet(t *testing.T) {
 func TestVGPUManagerImage(t *testing.T) {
 	for _, tc := range []struct {
 		repository, image, version, osTag, want string
+		digest                                  string
 	}{
-		{"nvcr.io/org/vgpu", "vgpu-manager", "550.90.05", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager:550.90.05-ubuntu22.04"},
-		{"nvcr.io/org/vgpu/", "vgpu-manager", "550.90.05", "", "nvcr.io/org/vgpu/vgpu-manager:550.90.05"},                           // OS unknown: as given
-		{"nvcr.io/org/vgpu", "vgpu-manager", "550.90.05-rhel9.4", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager:550.90.05-rhel9.4"}, // a whole tag
-		{"nvcr.io/org/vgpu", "vgpu-manager", "sha256:0123abcd", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager@sha256:0123abcd"},
-		{"", "registry.example/vgpu-manager:17.4-ubuntu24.04", "", "ubuntu22.04", "registry.example/vgpu-manager:17.4-ubuntu24.04"}, // a whole reference
-		{"nvcr.io/org/vgpu", "", "550.90.05", "ubuntu22.04", ""},
+		{"nvcr.io/org/vgpu", "vgpu-manager", "550.90.05", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager:550.90.05-ubuntu22.04", ""},
+		{"nvcr.io/org/vgpu/", "vgpu-manager", "550.90.05", "", "nvcr.io/org/vgpu/vgpu-manager:550.90.05", ""},                           // OS unknown: as given
+		{"nvcr.io/org/vgpu", "vgpu-manager", "550.90.05-rhel9.4", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager:550.90.05-rhel9.4", ""}, // a whole tag
+		{"nvcr.io/org/vgpu", "vgpu-manager", "sha256:0123abcd", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager@sha256:0123abcd", ""},
+		{"", "registry.example/vgpu-manager:17.4-ubuntu24.04", "", "ubuntu22.04", "registry.example/vgpu-manager:17.4-ubuntu24.04", ""}, // a whole reference
+		{"nvcr.io/org/vgpu", "", "550.90.05", "ubuntu22.04", "", ""},
+		// digest wins over version, and no OS is appended to it
+		{"nvcr.io/org/vgpu", "vgpu-manager", "550.90.05", "ubuntu22.04", "nvcr.io/org/vgpu/vgpu-manager@sha256:" + strings.Repeat("ab", 32), "sha256:" + strings.Repeat("ab", 32)},
+		{"", "registry.example/vgpu-manager", "", "ubuntu22.04", "registry.example/vgpu-manager@sha256:" + strings.Repeat("cd", 32), "sha256:" + strings.Repeat("cd", 32)},
 	} {
-		m := v1alpha1.VGPUManagerSpec{Repository: tc.repository, Image: tc.image, Version: tc.version}
+		m := v1alpha1.VGPUManagerSpec{Repository: tc.repository, Image: tc.image, Version: tc.version, Digest: tc.digest}
 		assert.Equal(t, tc.want, VGPUManagerImage(m, tc.osTag), "%+v", tc)
 	}
 }

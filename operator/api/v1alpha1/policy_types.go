@@ -109,7 +109,7 @@ type VFIOManagerSpec struct {
 // the nodes' OS is appended as the GPU Operator does, 550.90.05-ubuntu22.04,
 // when NFD labels them), or image alone as a whole reference.
 // +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.image) && size(self.image) > 0 && ((has(self.repository) && size(self.repository) > 0) || self.image.contains('/')))",message="vgpuManager.image is required when vgpuManager is enabled: repository, image and version (GPU Operator style), or image as a whole reference (registry.example/nvidia/vgpu-manager:550.90.05-ubuntu22.04)"
-// +kubebuilder:validation:XValidation:rule="!has(self.repository) || size(self.repository) == 0 || (has(self.version) && size(self.version) > 0)",message="vgpuManager.version is required with vgpuManager.repository: the vGPU host driver version (550.90.05) or the whole image tag"
+// +kubebuilder:validation:XValidation:rule="!has(self.repository) || size(self.repository) == 0 || (has(self.version) && size(self.version) > 0) || (has(self.digest) && size(self.digest) > 0)",message="vgpuManager.version is required with vgpuManager.repository, unless vgpuManager.digest is set: the vGPU host driver version (550.90.05) or the whole image tag"
 type VGPUManagerSpec struct {
 	// Enabled deploys the vGPU host driver on vm-vgpu nodes (KubeVirt mode).
 	// +optional
@@ -131,6 +131,12 @@ type VGPUManagerSpec struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	Version string `json:"version,omitempty"`
+	// Digest pins the image by content (sha256:<64 hex digits>): the image
+	// is <repository>/<image>@<digest>, or <image>@<digest>, and Version is
+	// not used (a tag can be moved; a digest cannot).
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	// +optional
+	Digest string `json:"digest,omitempty"`
 	// ImagePullSecrets name Secrets in the operand namespace to pull this
 	// image with (the private registry's), in addition to the policy's and
 	// the operator's.

@@ -6,12 +6,22 @@ sandbox-gpu.version: the image tag of the operator and of the default operand im
 {{- end -}}
 
 {{/*
-sandbox-gpu.operandImage: an operand's image override from its values, "" for the default. image alone is a
-whole reference; with repository (GPU Operator style) it is <repository>/<image>, and version adds :<version>.
+sandbox-gpu.operandImage: an operand's image override from its values, "" for the default. Called with
+(dict "o" VALUES "what" NAME "default" IMAGE): image alone is a whole reference; with repository (GPU Operator
+style) it is <repository>/<image>, and version adds :<version>. digest (sha256:<64 hex>) pins the image by
+content and wins over version: <repository>/<image>@<digest>; with digest but no image it pins the default
+image (IMAGE, a reference without tag: NVIDIA's for the device plugin, <operator.repository>/<binary> for ours).
 */}}
 {{- define "sandbox-gpu.operandImage" -}}
-{{- if .image -}}
-{{- if .repository }}{{ .repository }}/{{ end }}{{ .image }}{{ if .version }}:{{ .version }}{{ end -}}
+{{- $o := .o -}}
+{{- $digest := $o.digest | default "" | toString -}}
+{{- if and $digest (not (regexMatch "^sha256:[0-9a-f]{64}$" $digest)) -}}
+{{- fail (printf "%s.digest %q: want sha256: and 64 lower-case hex digits" .what $digest) -}}
+{{- end -}}
+{{- if $o.image -}}
+{{- if $o.repository }}{{ $o.repository }}/{{ end }}{{ $o.image }}{{ if $digest }}@{{ $digest }}{{ else if $o.version }}:{{ $o.version }}{{ end -}}
+{{- else if $digest -}}
+{{- .default }}@{{ $digest -}}
 {{- end -}}
 {{- end -}}
 
