@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -127,8 +128,9 @@ func (v *Validator) Run(ctx context.Context) error {
 	}
 	v.watch = nw
 	var dirs []string
-	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile} {
-		if f == "" {
+	// Each writer's file is in its own folder (names.WriterDir).
+	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile, v.o.VGPUReadyFile} {
+		if f == "" || slices.Contains(dirs, filepath.Dir(f)) {
 			continue
 		}
 		dir := filepath.Dir(f)

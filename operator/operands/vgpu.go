@@ -50,7 +50,7 @@ func VGPUConfigMap(p *v1alpha1.SandboxGPUPolicySpec) string {
 // removes vGPUs in sysfs (privileged, /sys and /dev writable), finds their
 // users in every process's open files (host PID namespace) and in the
 // kubelet's PodResources, and keeps its pause and ready files in
-// /run/sandbox-gpu for the KubeVirt device plugin and the validator.
+// its own run folder for the KubeVirt device plugin and the validator.
 func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
@@ -70,14 +70,15 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 
 // vgpuHost shapes what the vGPU device manager and its release share of
 // the host: its processes' open files (host PID namespace), sysfs and /dev
-// writable, and the run folder for the pause and ready files.
+// writable, and its own run folder (names.WriterDir) for the lock, pause
+// and ready files, the only pods that mount it writable.
 func vgpuHost(ds *appsv1.DaemonSet, o Options) {
 	ds.Spec.Template.Spec.HostPID = true
 	hostRoots(ds, o, true, func() {
 		mount(ds, "sys", "/sys", false)
 		mount(ds, "dev", "/dev", false)
 	})
-	mount(ds, "run", names.RunDir, false)
+	mount(ds, "run", names.WriterDir(names.VGPUDeviceManager), false)
 }
 
 // vgpuManager shapes NVIDIA's vGPU host driver container (vgpu-manager,
