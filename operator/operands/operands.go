@@ -124,7 +124,7 @@ var builders = map[string]builder{
 			}
 			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
-			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
+			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", true)      // connect needs no writable mount
 			mount(ds, "device-checkpoint", "/var/lib/kubelet/device-plugins", true) // init containers' GPUs
 			mount(ds, "cdi", "/var/run/cdi", true)
 			mount(ds, "etc-cdi", "/etc/cdi", true)
@@ -141,8 +141,11 @@ var builders = map[string]builder{
 			c.Args = []string{"--health-addr=:8082"}
 			// Reads the VFIO manager's, the vGPU device manager's and the
 			// KubeVirt plugin's files, read-only; it may start first, so the
-			// folders are created if missing.
+			// folders are created if missing. Its image's user (nonroot)
+			// reads them (0644 files in 0755 folders).
 			readRun(ds, names.Writers()...)
+			nonRoot := true
+			ds.Spec.Template.Spec.SecurityContext.RunAsNonRoot = &nonRoot
 			probe(c, "/readyz", 8082)
 		}},
 	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,

@@ -49,7 +49,7 @@ func VGPUConfigMap(p *v1alpha1.SandboxGPUPolicySpec) string {
 // has a token; the admission policy limits it to its own Node), creates and
 // removes vGPUs in sysfs (privileged, /sys and /dev writable), finds their
 // users in every process's open files (host PID namespace) and in the
-// kubelet's PodResources, and keeps its pause and ready files in
+// kubelet's PodResources (read-only), and keeps its pause and ready files in
 // its own run folder for the KubeVirt device plugin and the validator.
 func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	spec := &ds.Spec.Template.Spec
@@ -61,7 +61,7 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
 	vgpuHost(ds, o)
-	mount(ds, "pod-resources", PodResourcesDir, false)
+	mount(ds, "pod-resources", PodResourcesDir, true)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: VGPUConfigDir, ReadOnly: true})

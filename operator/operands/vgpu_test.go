@@ -55,7 +55,7 @@ func TestVGPUDeviceManagerDaemonSet(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"/sys": "/sys:rw", "/dev": "/dev:rw", // creates and removes vGPUs
 		"/run/sandbox-gpu/vgpu-device-manager": "/run/sandbox-gpu/vgpu-device-manager:rw", // its lock, pause and ready files
-		"/var/lib/kubelet/pod-resources":       "/var/lib/kubelet/pod-resources:rw",
+		"/var/lib/kubelet/pod-resources":       "/var/lib/kubelet/pod-resources:ro",
 		"/etc/vgpu-config":                     "configmap:" + DefaultVGPUConfigMap + ":ro", // the operator's ConfigMap
 	}, mounts(ds))
 	assert.True(t, spec.HostPID, "the in-use scan reads every process's open files")
