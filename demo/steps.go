@@ -104,7 +104,7 @@ func (s *story) setUpSteps() []step {
 		{what: "the VFIO manager binds every NVIDIA function of the simulated passthrough hosts to vfio-pci", cond: func(ctx context.Context) (bool, string) {
 			var got []string
 			for _, n := range passthrough {
-				if !vfio.IsReady(s.o.WorkDir + "/" + n + "/run/vfio-manager.ready") {
+				if !vfio.IsReady(names.RunPathIn(s.o.WorkDir+"/"+n+"/run", names.VFIOReadyFile)) {
 					return false, n + ": VFIO manager not ready"
 				}
 				got = append(got, n+" ready")

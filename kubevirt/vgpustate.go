@@ -2,13 +2,12 @@ package kubevirt
 
 import (
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 )
 
@@ -28,7 +27,8 @@ func (v VGPUState) Paused() bool {
 	if v.PauseFile == "" {
 		return false
 	}
-	_, err := os.Stat(v.PauseFile)
+	// Lstat: anything at the path pauses (a link is never followed).
+	_, err := os.Lstat(v.PauseFile)
 	return err == nil
 }
 
@@ -40,8 +40,8 @@ func (v VGPUState) TypeNames() map[int]string {
 	if v.ReadyFile == "" {
 		return out
 	}
-	b, err := os.ReadFile(v.ReadyFile)
-	if errors.Is(err, fs.ErrNotExist) || err != nil {
+	b, err := atomicfile.Read(v.ReadyFile) // never a link, a FIFO or over 1 MiB
+	if err != nil {
 		return out
 	}
 	return parseTypeNames(b)

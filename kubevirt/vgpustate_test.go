@@ -1,16 +1,20 @@
 package kubevirt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
@@ -80,4 +84,43 @@ func TestFullCardTypesNamedFromTheManagersReport(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(ready, []byte("{garbage"), 0o644))
 	assert.Empty(t, VGPUState{ReadyFile: ready}.TypeNames(), "an unreadable report names nothing")
+}
+
+// TestVGPUStateNeverFollowsOrBlocks: anything at the pause path pauses
+// (a link there is never followed, its target untouched); a FIFO, a link or
+// a huge file at the ready path names no type, at once.
+func TestVGPUStateNeverFollowsOrBlocks(t *testing.T) {
+	run := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "report")
+	b, err := json.Marshal(map[string]any{"gpus": []map[string]any{{"typeIds": map[string]string{"1155": "L40S-24Q"}}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(outside, b, 0o644))
+	state := VGPUState{PauseFile: filepath.Join(run, names.VGPUPauseFile), ReadyFile: filepath.Join(run, names.VGPUReadyFile)}
+
+	require.NoError(t, os.Symlink(filepath.Join(t.TempDir(), "missing"), state.PauseFile))
+	assert.True(t, state.Paused(), "a dangling link pauses: something is there")
+	require.NoError(t, os.Remove(state.PauseFile))
+	assert.False(t, state.Paused())
+
+	require.NoError(t, os.Symlink(outside, state.ReadyFile))
+	assert.Empty(t, state.TypeNames(), "a link is not read through")
+	require.NoError(t, os.Remove(state.ReadyFile))
+
+	require.NoError(t, syscall.Mkfifo(state.ReadyFile, 0o644))
+	done := make(chan map[int]string, 1)
+	go func() { done <- state.TypeNames() }()
+	select {
+	case got := <-done:
+		assert.Empty(t, got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("TypeNames blocked on a FIFO")
+	}
+	require.NoError(t, os.Remove(state.ReadyFile))
+
+	require.NoError(t, os.WriteFile(state.ReadyFile, append(b, bytes.Repeat([]byte(" "), atomicfile.MaxSize)...), 0o644))
+	assert.Empty(t, state.TypeNames(), "over the bound (valid JSON padded with spaces): not read")
+	require.NoError(t, os.WriteFile(state.ReadyFile, b, 0o644))
+	assert.Equal(t, map[int]string{1155: "NVIDIA L40S-24Q"}, state.TypeNames(), "the same report as a regular file")
+	after, _ := os.ReadFile(outside)
+	assert.Equal(t, b, after)
 }

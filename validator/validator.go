@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
@@ -127,8 +129,9 @@ func (v *Validator) Run(ctx context.Context) error {
 	}
 	v.watch = nw
 	var dirs []string
-	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile} {
-		if f == "" {
+	// Each writer's file is in its own folder (names.WriterDir).
+	for _, f := range []string{v.o.VFIOReadyFile, v.o.PermittedFile, v.o.VGPUReadyFile} {
+		if f == "" || slices.Contains(dirs, filepath.Dir(f)) {
 			continue
 		}
 		dir := filepath.Dir(f)
@@ -246,7 +249,7 @@ func (v *Validator) checkVGPU() string {
 // reports resources the Node does not advertise yet.
 func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	var problems []string
-	b, err := os.ReadFile(v.o.PermittedFile)
+	b, err := atomicfile.Read(v.o.PermittedFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []string{fmt.Sprintf("KubeVirt device plugin: %s does not exist yet", v.o.PermittedFile)}
 	}

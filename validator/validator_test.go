@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	sharedapi "github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
@@ -203,4 +205,29 @@ func TestKilledVFIOManagerIsNotReady(t *testing.T) {
 		return len(p) == 1 && strings.Contains(p[0], "VFIO manager: not ready: the VFIO manager (pid 7) has not written its readiness since") &&
 			strings.Contains(p[0], "it is not running")
 	})
+}
+
+// TestHostileRunFilesAreProblemsNotHangs: a FIFO at the permitted file, a
+// link at the VFIO ready file (to a live ready report outside the folder)
+// and a huge vGPU ready file are each a problem naming the file, seen
+// promptly; the validator still stops (the fixture's cleanup waits for it)
+// and the link's target is unchanged.
+func TestHostileRunFilesAreProblemsNotHangs(t *testing.T) {
+	f := start(t, "gpu-hostile", map[string]string{names.DeployLabel(names.VFIOManager): "true",
+		names.DeployLabel(names.KubeVirtDevicePlugin): "true", names.DeployLabel(names.VGPUDeviceManager): "true"})
+	outside := filepath.Join(t.TempDir(), "vfio-manager.ready")
+	writeJSON(t, outside, liveReady(time.Hour))
+	before, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(outside, f.ready))
+	require.NoError(t, syscall.Mkfifo(f.permitted, 0o644))
+	require.NoError(t, os.WriteFile(f.vgpuReady, make([]byte, atomicfile.MaxSize+1), 0o644))
+	f.waitProblems(t,
+		fmt.Sprintf("KubeVirt device plugin: %s is a FIFO, not a regular file", f.permitted),
+		fmt.Sprintf("VFIO manager: %s is a symbolic link, not followed", f.ready),
+		fmt.Sprintf("vGPU device manager: %s is %d bytes, over the %d a reader accepts", f.vgpuReady, atomicfile.MaxSize+1, atomicfile.MaxSize))
+	assert.False(t, f.v.Report().Ready)
+	after, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
 }

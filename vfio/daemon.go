@@ -380,7 +380,7 @@ func (d *Daemon) clearReady() {
 		return
 	}
 	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := atomicfile.Remove(p); err != nil {
 		d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)
 	}
 }

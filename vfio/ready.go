@@ -3,9 +3,10 @@ package vfio
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 )
 
 // ReadyReport is the content of the readiness file and of /readyz. The
@@ -57,9 +58,10 @@ func judgeRefusals(refused []Refusal) (bool, string) {
 }
 
 // ReadReadyFile reads a readiness file the daemon wrote (what device
-// plugins, the validator and the demo wait for).
+// plugins, the validator and the demo wait for) through atomicfile.Read:
+// a link, a FIFO or an oversized file there is an error naming it.
 func ReadReadyFile(path string) (*ReadyReport, error) {
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path)
 	if err != nil {
 		return nil, err
 	}

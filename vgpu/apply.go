@@ -2,14 +2,12 @@ package vgpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 )
 
 // ApplyOptions tune Apply.
@@ -73,9 +71,11 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Resul
 	}
 	pauseErr := error(nil)
 	if plan.Changes() && o.PauseFile != "" {
-		if pauseErr = os.WriteFile(o.PauseFile, []byte("vGPU changes in progress\n"), 0o644); pauseErr == nil {
+		// Never through a link or into a FIFO planted at the path; the
+		// removal unlinks the path itself, never a link's target.
+		if _, pauseErr = atomicfile.Write(o.PauseFile, []byte("vGPU changes in progress\n"), 0o644); pauseErr == nil {
 			defer func() {
-				if err := os.Remove(o.PauseFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if err := atomicfile.Remove(o.PauseFile); err != nil {
 					res.Errors = append(res.Errors, fmt.Sprintf("failed: remove pause file: %v", err))
 				}
 			}()

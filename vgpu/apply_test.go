@@ -1,9 +1,12 @@
 package vgpu
 
 import (
+	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,8 +182,55 @@ func TestPauseFileWhileChanging(t *testing.T) {
 	assert.Zero(t, seen)
 	assert.NoFileExists(t, pause)
 
-	res = apply(t, h, cfg, "small", Options{}, ApplyOptions{PauseFile: filepath.Join(t.TempDir(), "missing", "pause")})
+	notAFolder := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notAFolder, nil, 0o644))
+	res = apply(t, h, cfg, "small", Options{}, ApplyOptions{PauseFile: filepath.Join(notAFolder, "pause")})
 	require.Len(t, res.Refused, 1)
 	assert.Contains(t, res.Refused[0].Reason, "pause the KubeVirt device plugin")
 	assert.Equal(t, map[string]int{"A10-12Q": 2}, countsOf(t, h)["0000:3b:00.0"], "no write without the pause")
+}
+
+// TestPauseFileNeverFollowsALink: a link planted at the pause path (to a
+// file standing for the host's disk) is replaced by the pause file and
+// then removed; its target is never written. A FIFO there never blocks the
+// apply.
+func TestPauseFileNeverFollowsALink(t *testing.T) {
+	cfg := parse(t, testConfig)
+	k, h := fixture(t, "a10-vgpu")
+	run := t.TempDir()
+	pause := filepath.Join(run, "vgpu-device-manager.pause")
+	disk := filepath.Join(t.TempDir(), "sda")
+	require.NoError(t, os.WriteFile(disk, []byte("the host's disk"), 0o644))
+	require.NoError(t, os.Symlink(disk, pause))
+	paused := 0
+	k.SetLatency(func(hostsim.Write) time.Duration {
+		if fi, err := os.Lstat(pause); err == nil && fi.Mode().IsRegular() {
+			paused++
+		}
+		return 0
+	})
+	res := apply(t, h, cfg, "small", Options{}, ApplyOptions{PauseFile: pause})
+	require.True(t, res.OK(), "%v %v", res.Refused, res.Errors)
+	assert.Equal(t, 6, paused, "a regular pause file during each of the six creates")
+	b, err := os.ReadFile(disk)
+	require.NoError(t, err)
+	assert.Equal(t, "the host's disk", string(b), "the link's target is untouched")
+	_, err = os.Lstat(pause)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "removed after the apply")
+	entries, err := os.ReadDir(run)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing left in the run folder")
+
+	require.NoError(t, syscall.Mkfifo(pause, 0o644))
+	done := make(chan *Result, 1)
+	plan := planOf(t, h, cfg, "default", Options{})
+	go func() { done <- Apply(context.Background(), h, plan, ApplyOptions{PauseFile: pause}) }()
+	select {
+	case res := <-done:
+		require.True(t, res.OK(), "%v %v", res.Refused, res.Errors)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Apply blocked on a FIFO at the pause path")
+	}
+	_, err = os.Lstat(pause)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
 }

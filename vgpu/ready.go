@@ -3,7 +3,6 @@ package vgpu
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 )
@@ -78,7 +77,7 @@ func writeReady(path string, r ReadyReport) error {
 // validator).
 func ReadReadyFile(path string) (ReadyReport, error) {
 	var r ReadyReport
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path) // a link, FIFO or huge file: an error naming it
 	if err != nil {
 		return r, err
 	}

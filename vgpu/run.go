@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
@@ -225,7 +225,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 // tells the observer.
 func (r *runner) finish(rep *ReadyReport) {
 	pause := filepath.Join(r.o.RunDir, names.VGPUPauseFile)
-	if err := os.Remove(pause); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := atomicfile.Remove(pause); err != nil {
 		r.o.Log.Error(err, "Cannot remove the pause file", "file", pause)
 	}
 	if rep.GPUs == nil {
@@ -235,7 +235,7 @@ func (r *runner) finish(rep *ReadyReport) {
 	if r.o.Release {
 		// The report of the config being left is stale: the validator of a
 		// later vm-vgpu config must not take it for its own.
-		if err := os.Remove(ready); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := atomicfile.Remove(ready); err != nil {
 			r.o.Log.Error(err, "Cannot remove the ready file", "file", ready)
 		}
 	} else if err := writeReady(ready, *rep); err != nil {

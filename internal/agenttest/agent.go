@@ -106,7 +106,11 @@ func New(o Options) (*Agent, error) {
 	}
 	a := &Agent{o: o, ops: map[string]*operand{}, pods: map[string]bool{}, wake: make(chan struct{}, 1),
 		split: splitWatch{changed: make(chan struct{}, 1)}}
-	for _, d := range []string{"host", "run", "vgpu-config"} {
+	dirs := []string{"host", "vgpu-config"}
+	for _, w := range names.Writers() {
+		dirs = append(dirs, filepath.Join("run", w)) // the kubelet creates each hostPath
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(a.path(d), 0o755); err != nil {
 			return nil, fmt.Errorf("node %s: %w", o.Node, err)
 		}
@@ -149,6 +153,12 @@ func (a *Agent) Kubelet() *Kubelet { return a.kubelet }
 
 // RunDir is the node's /run/sandbox-gpu.
 func (a *Agent) RunDir() string { return a.path("run") }
+
+// WriterDir is a writer's own folder in RunDir (names.WriterDir).
+func (a *Agent) WriterDir(writer string) string { return filepath.Join(a.RunDir(), writer) }
+
+// RunPath is a shared file's path in RunDir (names.RunPath).
+func (a *Agent) RunPath(file string) string { return names.RunPathIn(a.RunDir(), file) }
 
 // Running lists the operands running now, sorted.
 func (a *Agent) Running() []string {

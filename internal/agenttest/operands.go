@@ -54,7 +54,7 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 			return nil, fmt.Errorf("node %s: %w", a.o.Node, err)
 		}
 		o := vfio.DaemonOptions{Host: a.h, Desired: vfio.Desired{All: !release, NVSwitches: true, Release: release},
-			ReadyDir: a.RunDir(), LockFile: filepath.Join(a.RunDir(), names.VFIOLockFile), Resync: a.o.Resync, Heartbeat: time.Second,
+			ReadyDir: a.WriterDir(names.VFIOManager), LockFile: a.RunPath(names.VFIOLockFile), Resync: a.o.Resync, Heartbeat: time.Second,
 			Log: log, Registerer: prometheus.NewRegistry(),
 			Allocations: func(ctx context.Context) (map[string][]podresources.Holder, error) {
 				return podresources.Holders(ctx, pods)
@@ -84,7 +84,7 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 			}
 		})
 		op.ready = func() bool { ok, _ := d.Readiness(); return ok }
-		op.keep = []string{filepath.Join(a.RunDir(), names.VFIOReadyFile)}
+		op.keep = []string{a.RunPath(names.VFIOReadyFile)}
 	case names.VGPUDeviceManager, names.ReleaseOperand(names.VGPUDeviceManager):
 		if err := needHost(); err != nil {
 			return nil, err
@@ -106,8 +106,8 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 		}
 		op.ready = r
 	case names.Validator:
-		v, err := validator.New(validator.Options{NodeName: a.o.Node, Client: a.o.Client, VFIOReadyFile: filepath.Join(a.RunDir(), names.VFIOReadyFile),
-			PermittedFile: filepath.Join(a.RunDir(), names.PermittedFile), VGPUReadyFile: filepath.Join(a.RunDir(), names.VGPUReadyFile),
+		v, err := validator.New(validator.Options{NodeName: a.o.Node, Client: a.o.Client, VFIOReadyFile: a.RunPath(names.VFIOReadyFile),
+			PermittedFile: a.RunPath(names.PermittedFile), VGPUReadyFile: a.RunPath(names.VGPUReadyFile),
 			Resync: time.Second, Log: log})
 		if err != nil {
 			cancel()
@@ -156,12 +156,12 @@ func (a *Agent) startKubeVirt(ctx context.Context, log logr.Logger, run func(fun
 		return nil, err
 	}
 	s := &kubevirt.Scanner{Host: a.h, Namer: namer, VGPU: kubevirt.VGPUState{
-		PauseFile: filepath.Join(a.RunDir(), names.VGPUPauseFile), ReadyFile: filepath.Join(a.RunDir(), names.VGPUReadyFile)}}
-	permitted := filepath.Join(a.RunDir(), names.PermittedFile)
-	vfioReady := filepath.Join(a.RunDir(), names.VFIOReadyFile)
+		PauseFile: a.RunPath(names.VGPUPauseFile), ReadyFile: a.RunPath(names.VGPUReadyFile)}}
+	permitted := a.RunPath(names.PermittedFile)
+	vfioReady := a.RunPath(names.VFIOReadyFile)
 	m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: dp, SocketPrefix: "sandbox-gpu-kubevirt",
 		Scanner: s, Ready: func() bool { return vfio.IsReady(vfioReady) },
-		WatchPaths: append(a.h.DeviceWatchPaths(), a.RunDir()), Rescan: time.Second,
+		WatchPaths: append(a.h.DeviceWatchPaths(), a.WriterDir(names.VFIOManager), a.WriterDir(names.VGPUDeviceManager)), Rescan: time.Second,
 		OnScan: func(res []deviceplugin.Resource) error {
 			return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
 		}, Log: log})
@@ -208,8 +208,8 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	}
 	var mu sync.Mutex
 	var last *vgpu.ReadyReport
-	o := vgpu.RunOptions{Client: a.o.Client, NodeName: a.o.Node, Host: a.h, RunDir: a.RunDir(), Release: release,
-		LockFile: filepath.Join(a.RunDir(), names.VGPULockFile), Allocated: vgpu.PodResourcesAllocated{Pods: pods},
+	o := vgpu.RunOptions{Client: a.o.Client, NodeName: a.o.Node, Host: a.h, RunDir: a.WriterDir(names.VGPUDeviceManager), Release: release,
+		LockFile: a.RunPath(names.VGPULockFile), Allocated: vgpu.PodResourcesAllocated{Pods: pods},
 		Resync: a.o.Resync, Retry: 200 * time.Millisecond, Log: log, Observe: func(r vgpu.ReadyReport) {
 			mu.Lock()
 			last = &r

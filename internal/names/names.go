@@ -125,15 +125,23 @@ func ReleaseReportAnnotation(operand string) string { return ReleaseReportPrefix
 // (its pods' OperandLabel): vfio-manager-release.
 func ReleaseOperand(operand string) string { return operand + "-release" }
 
-// Files the node daemons share on the host. RunDir is mounted into every
-// node daemon that writes or reads one of them.
+// Files the node daemons share on the host. Each lives in the folder of
+// the one operand that writes it, RunDir/<writer> (WriterDir): only that
+// operand's DaemonSets (it and its release) mount the folder writable,
+// every reader mounts it read-only, so no pod can plant a file (a link, a
+// FIFO) where a privileged daemon writes, reads or locks:
+//
+//	/run/sandbox-gpu/vfio-manager/            vfio-manager.ready, vfio.lock
+//	/run/sandbox-gpu/vgpu-device-manager/     vgpu-device-manager.ready, .pause, vgpu.lock
+//	/run/sandbox-gpu/kubevirt-device-plugin/  kubevirt-permitted-host-devices.json
 const (
-	// RunDir holds the files below.
+	// RunDir holds the writers' folders.
 	RunDir = "/run/sandbox-gpu"
 	// VFIOReadyFile is the VFIO manager's readiness file.
 	VFIOReadyFile = "vfio-manager.ready"
 	// VFIOLockFile is the host-wide lock every process that rebinds PCI
-	// functions holds: the daemon and a host-side vfio-manager alike.
+	// functions holds: the daemon and a host-side vfio-manager alike
+	// (internal/hostlock locks its folder).
 	VFIOLockFile = "vfio.lock"
 	// VGPULockFile is the vGPU device manager's host-wide lock: a pass of
 	// the node daemon holds it, its release mode holds it for its life, so
@@ -152,8 +160,33 @@ const (
 	VGPUPauseFile = "vgpu-device-manager.pause"
 )
 
-// RunPath returns the path of one of the shared files under RunDir.
-func RunPath(file string) string { return filepath.Join(RunDir, file) }
+// Writer names the operand that writes one of the shared files ("" for a
+// file that is none of them).
+func Writer(file string) string {
+	switch file {
+	case VFIOReadyFile, VFIOLockFile:
+		return VFIOManager
+	case VGPUReadyFile, VGPUPauseFile, VGPULockFile:
+		return VGPUDeviceManager
+	case PermittedFile:
+		return KubeVirtDevicePlugin
+	}
+	return ""
+}
+
+// Writers lists the operands that write shared files, each in its own
+// WriterDir.
+func Writers() []string { return []string{VFIOManager, VGPUDeviceManager, KubeVirtDevicePlugin} }
+
+// WriterDir is a writer's own folder under RunDir.
+func WriterDir(writer string) string { return filepath.Join(RunDir, writer) }
+
+// RunPath returns the path of one of the shared files: in its writer's
+// folder under RunDir.
+func RunPath(file string) string { return RunPathIn(RunDir, file) }
+
+// RunPathIn is RunPath under another run folder (a test's node).
+func RunPathIn(runDir, file string) string { return filepath.Join(runDir, Writer(file), file) }
 
 // ContainerGPUResource reports NVIDIA's resources for ordinary containers
 // (nvidia.com/gpu, its nvidia.com/gpu.* variants such as time-sliced

@@ -54,7 +54,7 @@ func TestFlags(t *testing.T) {
 	c, _, code, _ = parse(t)
 	require.Equal(t, 0, code)
 	assert.Equal(t, "/var/lib/kubelet/device-plugins", c.DevicePluginDir)
-	assert.Equal(t, "/run/sandbox-gpu/vfio-manager.ready", c.ReadyFile)
+	assert.Equal(t, "/run/sandbox-gpu/vfio-manager/vfio-manager.ready", c.ReadyFile)
 	assert.True(t, c.WaitReady)
 }
 

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,7 +178,7 @@ func (n *simNode) crashDaemon(t *testing.T, operand string, after int, crashed f
 // vfioCrashed reports whether the VFIO manager's ready file (left by a
 // killed one, too) names the simulated crash.
 func (n *simNode) vfioCrashed() bool {
-	r, err := vfio.ReadReadyFile(filepath.Join(n.a.RunDir(), names.VFIOReadyFile))
+	r, err := vfio.ReadReadyFile(n.a.RunPath(names.VFIOReadyFile))
 	return err == nil && strings.Contains(r.Reason+r.Error, hostsim.ErrCrashed.Error())
 }
 

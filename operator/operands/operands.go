@@ -75,7 +75,7 @@ var builders = map[string]builder{
 			// A move refused because a GPU was busy (NVIDIA's device plugin
 			// still stopping, a container still ending) is tried again at
 			// the binary's --retry (10s).
-			c.Args = []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node"}
+			c.Args = []string{"daemon", "--all", "--ready-dir=" + names.WriterDir(names.VFIOManager), "--health-addr=:8081", "--vm-gpus-from-node"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
@@ -91,6 +91,10 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			devicePlugin(ds, o)
+			// It pauses on the vGPU device manager's files and keeps its
+			// permittedHostDevices in its own folder.
+			readRun(ds, names.VGPUDeviceManager)
+			mount(ds, "run", names.WriterDir(names.KubeVirtDevicePlugin), false)
 		}},
 	names.KataDevicePlugin: {binary: "kata-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
@@ -120,7 +124,7 @@ var builders = map[string]builder{
 			}
 			probe(c, "/readyz", 8083)
 			mount(ds, "nri", "/var/run/nri", false)
-			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", false)
+			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", true)      // connect needs no writable mount
 			mount(ds, "device-checkpoint", "/var/lib/kubelet/device-plugins", true) // init containers' GPUs
 			mount(ds, "cdi", "/var/run/cdi", true)
 			mount(ds, "etc-cdi", "/etc/cdi", true)
@@ -135,10 +139,13 @@ var builders = map[string]builder{
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = []string{"--health-addr=:8082"}
-			// Reads the VFIO manager's and the KubeVirt plugin's files; it
-			// may start first, so the folder is created if missing.
-			mount(ds, "run", "/run/sandbox-gpu", false)
-			c.VolumeMounts[len(c.VolumeMounts)-1].ReadOnly = true
+			// Reads the VFIO manager's, the vGPU device manager's and the
+			// KubeVirt plugin's files, read-only; it may start first, so the
+			// folders are created if missing. Its image's user (nonroot)
+			// reads them (0644 files in 0755 folders).
+			readRun(ds, names.Writers()...)
+			nonRoot := true
+			ds.Spec.Template.Spec.SecurityContext.RunAsNonRoot = &nonRoot
 			probe(c, "/readyz", 8082)
 		}},
 	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
@@ -275,7 +282,15 @@ func devicePlugin(ds *appsv1.DaemonSet, o Options) {
 		mount(ds, "sys", "/sys", true)
 		mount(ds, "dev-vfio", "/dev/vfio", true)
 	})
-	mount(ds, "run", "/run/sandbox-gpu", false)
+	readRun(ds, names.VFIOManager) // waits for the VFIO manager's ready file
+}
+
+// readRun mounts the run folders of writers (names.WriterDir) read-only:
+// a reader can plant nothing where a privileged daemon writes.
+func readRun(ds *appsv1.DaemonSet, writers ...string) {
+	for _, w := range writers {
+		mount(ds, "run-"+w, names.WriterDir(w), true)
+	}
 }
 
 // mount adds a host folder. It is created if missing, even for read-only

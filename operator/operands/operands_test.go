@@ -57,7 +57,7 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8081", "--vm-gpus-from-node", "--nvswitches", "--vendor=10de",
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=:8081", "--vm-gpus-from-node", "--nvswitches", "--vendor=10de",
 		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "-v"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
@@ -252,7 +252,7 @@ func TestReleaseDaemonSets(t *testing.T) {
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "sandbox-gpu-vfio-manager-release", ds.Name)
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--release", "--ready-dir=/run/sandbox-gpu", "--health-addr=:8087", "--vendor=10de",
+	assert.Equal(t, []string{"daemon", "--release", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=:8087", "--vendor=10de",
 		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID)

@@ -49,8 +49,8 @@ func VGPUConfigMap(p *v1alpha1.SandboxGPUPolicySpec) string {
 // has a token; the admission policy limits it to its own Node), creates and
 // removes vGPUs in sysfs (privileged, /sys and /dev writable), finds their
 // users in every process's open files (host PID namespace) and in the
-// kubelet's PodResources, and keeps its pause and ready files in
-// /run/sandbox-gpu for the KubeVirt device plugin and the validator.
+// kubelet's PodResources (read-only), and keeps its pause and ready files in
+// its own run folder for the KubeVirt device plugin and the validator.
 func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
@@ -61,7 +61,7 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
 	vgpuHost(ds, o)
-	mount(ds, "pod-resources", PodResourcesDir, false)
+	mount(ds, "pod-resources", PodResourcesDir, true)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: VGPUConfigDir, ReadOnly: true})
@@ -70,14 +70,15 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 
 // vgpuHost shapes what the vGPU device manager and its release share of
 // the host: its processes' open files (host PID namespace), sysfs and /dev
-// writable, and the run folder for the pause and ready files.
+// writable, and its own run folder (names.WriterDir) for the lock, pause
+// and ready files, the only pods that mount it writable.
 func vgpuHost(ds *appsv1.DaemonSet, o Options) {
 	ds.Spec.Template.Spec.HostPID = true
 	hostRoots(ds, o, true, func() {
 		mount(ds, "sys", "/sys", false)
 		mount(ds, "dev", "/dev", false)
 	})
-	mount(ds, "run", names.RunDir, false)
+	mount(ds, "run", names.WriterDir(names.VGPUDeviceManager), false)
 }
 
 // vgpuManager shapes NVIDIA's vGPU host driver container (vgpu-manager,

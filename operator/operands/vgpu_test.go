@@ -54,9 +54,9 @@ func TestVGPUDeviceManagerDaemonSet(t *testing.T) {
 		"without a policy default: the built-in config's default entry")
 	assert.Equal(t, map[string]string{
 		"/sys": "/sys:rw", "/dev": "/dev:rw", // creates and removes vGPUs
-		"/run/sandbox-gpu":               "/run/sandbox-gpu:rw", // pause and ready files
-		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources:rw",
-		"/etc/vgpu-config":               "configmap:" + DefaultVGPUConfigMap + ":ro", // the operator's ConfigMap
+		"/run/sandbox-gpu/vgpu-device-manager": "/run/sandbox-gpu/vgpu-device-manager:rw", // its lock, pause and ready files
+		"/var/lib/kubelet/pod-resources":       "/var/lib/kubelet/pod-resources:ro",
+		"/etc/vgpu-config":                     "configmap:" + DefaultVGPUConfigMap + ":ro", // the operator's ConfigMap
 	}, mounts(ds))
 	assert.True(t, spec.HostPID, "the in-use scan reads every process's open files")
 	assert.False(t, spec.HostNetwork)

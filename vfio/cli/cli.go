@@ -41,7 +41,8 @@ func Program() *shell.Program {
 }
 
 // defaultLockFile is the host-wide lock on a real host, the same file the
-// daemon holds (its DaemonSet mounts names.RunDir), so the two exclude each other.
+// daemon holds (its DaemonSet mounts names.WriterDir(names.VFIOManager), the
+// lock's folder), so the two exclude each other.
 var defaultLockFile = names.RunPath(names.VFIOLockFile)
 
 // common are the flags every command takes (besides the shell's roots).

@@ -28,7 +28,7 @@ func daemonCommand() *shell.Command {
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, true)
 			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host, release); watched for changes")
-			fs.StringVar(&readyDir, "ready-dir", names.RunDir, "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
+			fs.StringVar(&readyDir, "ready-dir", names.WriterDir(names.VFIOManager), "folder for the readiness file "+names.VFIOReadyFile+" (empty: none)")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "period of the safety-net reconcile")
 			fs.DurationVar(&retry, "retry", 10*time.Second, "reconcile again this soon after one that left a function where it was (in use) or failed")
 			fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "how often the readiness file is renewed; readers take one three heartbeats old as a dead daemon's")

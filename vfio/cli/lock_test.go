@@ -28,7 +28,7 @@ func TestCLIAndDaemonShareTheLock(t *testing.T) {
 		assert.Equal(t, names.RunPath(names.VFIOLockFile), c.lockPath(true), "selection %v", selection)
 		assert.Empty(t, c.lockPath(false), "no host lock for another tree")
 	}
-	assert.Equal(t, "/run/sandbox-gpu/vfio.lock", defaultLockFile)
+	assert.Equal(t, "/run/sandbox-gpu/vfio-manager/vfio.lock", defaultLockFile)
 }
 
 // TestCLIWaitsForTheDaemon: while the daemon moves a GPU (a slow unbind),

@@ -66,7 +66,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.podResources.path = DefaultPodResourcesSocket
 	fs.Var(&c.podResources, "pod-resources-socket",
 		"the kubelet's PodResources socket: vGPUs allocated to pods count as in use (empty: ask no kubelet)")
-	fs.StringVar(&c.runDir, "run-dir", names.RunDir, "folder of the pause and ready files the KubeVirt device plugin and the validator read")
+	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
 }
 
 func (c *common) loadConfig() (*vgpu.Config, error) {

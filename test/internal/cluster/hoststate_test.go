@@ -37,7 +37,7 @@ func TestHostPath(t *testing.T) {
 	assert.Equal(t, "/dev/vfio/1", c.HostPath("/dev/vfio/1"))
 	assert.Equal(t, "/tmp/sgc1/run-nri/nri.sock", c.NRISocket())
 	assert.Equal(t, "/tmp/sgc1/run-cdi", c.CDIDir())
-	assert.Equal(t, "/tmp/sgc1/run-sandbox-gpu/vfio-manager.ready", c.HostPath("/var/run/sandbox-gpu/vfio-manager.ready"))
+	assert.Equal(t, "/tmp/sgc1/run-sandbox-gpu/vfio-manager/vfio-manager.ready", c.HostPath("/var/run/sandbox-gpu/vfio-manager/vfio-manager.ready"))
 	assert.Equal(t, "/tmp/sgc1/etc-cdi", c.HostPath("/etc/cdi/"))
 	assert.Equal(t, "/run/other", c.HostPath("/run/other"))
 }

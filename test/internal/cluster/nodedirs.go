@@ -17,7 +17,8 @@ type nodeDir struct {
 // nodeDirs are the node's folders the harness makes the work folder's: the kubelet's /var/lib and
 // the logs' /var/log (fixed paths: the device-plugin socket, /var/log/containers, /var/lib/cni),
 // and the folders the operands share with containerd and with each other through hostPath volumes:
-// /run/sandbox-gpu (the VFIO manager's ready and lock files), /run/nri (containerd's NRI socket),
+// /run/sandbox-gpu (each writer's folder, names.WriterDir: made by the kubelet for the hostPath
+// volumes), /run/nri (containerd's NRI socket),
 // /run/cdi and /etc/cdi (CDI specs containerd resolves). /var/run is /run on Debian, and the
 // hostPath volumes name /var/run/...: both resolve to these.
 var nodeDirs = []nodeDir{
