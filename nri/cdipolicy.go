@@ -24,7 +24,7 @@ import (
 //     generator writes them. Only known mount options; no other mount type;
 //     never the root itself; container paths absolute and clean, never /;
 //   - device nodes: character devices at /dev/nvidia*, /dev/dri/* or
-//     /dev/vfio/*, from the same host paths, with the majors of NVIDIA's
+//     /dev/vfio/*, from the same paths under the host's /dev (DevRoot), with the majors of NVIDIA's
 //     drivers (195 and the nvidia* entries of /proc/devices), DRM (226) or
 //     VFIO (its /proc/devices major; /dev/vfio/vfio is 10:196);
 //   - env: only what NVIDIA's generator sets (checkEnv:
@@ -37,6 +37,9 @@ type Policy struct {
 	// DriverRoots are where the driver's files are on the host (default
 	// DefaultDriverRoots).
 	DriverRoots []string
+	// DevRoot is where the host's /dev is, as the spec's host paths name
+	// it (the --dev-root host root; default /dev).
+	DevRoot string
 	// CharMajors, when set, gives the host's character device majors by
 	// name (host.CharMajors over /proc/devices); without it only the fixed
 	// majors count.
@@ -259,8 +262,8 @@ func (p *Policy) checkNode(d *cdispec.DeviceNode, mj *majors) error {
 	if class == "" {
 		return fmt.Errorf("device node %s: only /dev/nvidia*, /dev/dri/* and /dev/vfio/*", desc)
 	}
-	if d.HostPath != "" && gpuNodeClass(d.HostPath) != class {
-		return fmt.Errorf("device node %s: host path is not a node of the same kind", desc)
+	if d.HostPath != "" && gpuNodeClass(p.containerDevPath(d.HostPath)) != class {
+		return fmt.Errorf("device node %s: host path is not a node of the same kind under %s", desc, p.devRoot())
 	}
 	if d.Type != "" && d.Type != "c" {
 		return fmt.Errorf("device node %s: type %q: only character devices", desc, d.Type)
@@ -276,6 +279,23 @@ func (p *Policy) checkNode(d *cdispec.DeviceNode, mj *majors) error {
 		return fmt.Errorf("device node %s: %d:%d is not a device of NVIDIA's drivers, DRM or VFIO", desc, d.Major, d.Minor)
 	}
 	return nil
+}
+
+func (p *Policy) devRoot() string {
+	if p.DevRoot == "" {
+		return "/dev"
+	}
+	return path.Clean(p.DevRoot)
+}
+
+// containerDevPath is the /dev path of a host path under the dev root, ""
+// for one elsewhere.
+func (p *Policy) containerDevPath(host string) string {
+	rest, ok := strings.CutPrefix(host, p.devRoot()+"/")
+	if !ok || !cleanAbs(host) {
+		return ""
+	}
+	return "/dev/" + rest
 }
 
 // gpuNodeClass is "nvidia", "dri", "vfio" (or "vfio-container" for

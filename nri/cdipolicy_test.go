@@ -122,7 +122,10 @@ func TestPolicyRefusesHostileSpecs(t *testing.T) {
 		}, `devices["0"].containerEdits.deviceNodes[1]`, "device node /dev/sda: only /dev/nvidia*, /dev/dri/* and /dev/vfio/*"},
 		{"host /dev/sda behind a GPU path", true, func(e *specs.ContainerEdits) {
 			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", HostPath: "/dev/sda"})
-		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind"},
+		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev"},
+		{"a GPU node of another dev root", true, func(e *specs.ContainerEdits) {
+			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", HostPath: "/tmp/dev/nvidia7"})
+		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev"},
 		{"/dev/mem's numbers at a GPU path", false, func(e *specs.ContainerEdits) {
 			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", Type: "c", Major: 1, Minor: 1})
 		}, "containerEdits.deviceNodes[1]", "1:1 is not a device of NVIDIA's drivers, DRM or VFIO"},
@@ -249,4 +252,16 @@ func FuzzHookArgs(f *testing.F) {
 			t.Fatalf("%q accepted, %q refused: %v", args, split, err)
 		}
 	})
+}
+
+// TestDevRootOfHostPaths: a node's host path is checked under the dev root
+// the plugin is given (--dev-root), as the spec's writer saw it.
+func TestDevRootOfHostPaths(t *testing.T) {
+	n := &specs.DeviceNode{Path: "/dev/nvidia0", HostPath: "/tmp/node/dev/nvidia0"}
+	assert.ErrorContains(t, (&Policy{}).checkNode(n, &majors{}), "host path is not a node of the same kind under /dev")
+	assert.NoError(t, (&Policy{DevRoot: "/tmp/node/dev"}).checkNode(n, &majors{}))
+	n.HostPath = "/tmp/node/dev/sda"
+	assert.ErrorContains(t, (&Policy{DevRoot: "/tmp/node/dev"}).checkNode(n, &majors{}), "under /tmp/node/dev")
+	n.HostPath = "/tmp/node/dev/../dev/nvidia0"
+	assert.Error(t, (&Policy{DevRoot: "/tmp/node/dev"}).checkNode(n, &majors{}), "not clean")
 }

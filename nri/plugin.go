@@ -56,6 +56,9 @@ type Options struct {
 	// DriverRoots are where the driver's files are, which a GPU spec may
 	// mount (default DefaultDriverRoots; see Policy).
 	DriverRoots []string
+	// DevRoot is the host's /dev as GPU specs' host paths name it
+	// (default /dev; see Policy).
+	DevRoot string
 	// CharMajors gives the host's character device majors by name (see
 	// Policy); nil: only the fixed majors of NVIDIA's, DRM and VFIO nodes.
 	CharMajors func() (map[string]int64, error)
@@ -144,7 +147,7 @@ func (p *Plugin) newCore(o Options, res *Resolver, pods PodResources) (*core, er
 			return nil, fmt.Errorf("driver root %q: want an absolute, clean path", r)
 		}
 	}
-	pol := Policy{Hooks: o.Hooks, DriverRoots: o.DriverRoots, CharMajors: o.CharMajors}
+	pol := Policy{Hooks: o.Hooks, DriverRoots: o.DriverRoots, DevRoot: o.DevRoot, CharMajors: o.CharMajors}
 	return &core{o: o, pol: pol, res: res, pods: newCache(pods), metrics: p.metrics, useCDI: &p.useCDI}, nil
 }
 

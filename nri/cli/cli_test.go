@@ -102,7 +102,7 @@ func TestSkipDefaultRuntimeHandler(t *testing.T) {
 	assert.Equal(t, []string{"kata*", ""}, o.skip.vals)
 
 	h := host.New(host.Options{ProcRoot: t.TempDir()})
-	no, _, pods, err := build(parse("--skip-runtime-handler", "", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, logr.Discard())
+	no, _, pods, err := build(parse("--skip-runtime-handler", "", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
 	require.NoError(t, err)
 	defer pods.Close()
 	assert.Equal(t, []string{""}, no.SkipRuntimeHandlers)
@@ -110,12 +110,12 @@ func TestSkipDefaultRuntimeHandler(t *testing.T) {
 
 	// Kata's handlers named (the operator passes its RuntimeClass's handler):
 	// only they are skipped, the kata* pattern is gone unless asked for again.
-	no, _, pods2, err := build(parse("--kata-runtime-handler", "kata-qemu-nvidia-gpu", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, logr.Discard())
+	no, _, pods2, err := build(parse("--kata-runtime-handler", "kata-qemu-nvidia-gpu", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
 	require.NoError(t, err)
 	defer pods2.Close()
 	assert.Equal(t, []string{"kata-qemu-nvidia-gpu"}, no.KataRuntimeHandlers)
 	assert.Empty(t, no.SkipRuntimeHandlers, "the default kata* pattern no longer applies")
-	no, _, pods3, err := build(parse("--kata-runtime-handler", "kq", "--skip-runtime-handler", "gvisor*", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, logr.Discard())
+	no, _, pods3, err := build(parse("--kata-runtime-handler", "kq", "--skip-runtime-handler", "gvisor*", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
 	require.NoError(t, err)
 	defer pods3.Close()
 	assert.Equal(t, []string{"gvisor*"}, no.SkipRuntimeHandlers, "patterns given stay")

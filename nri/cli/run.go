@@ -13,7 +13,7 @@ import (
 
 // build turns options into the plugin's settings, its CDI resolver and its
 // kubelet client (closed by the caller).
-func build(o *options, h *host.Host, log logr.Logger) (nri.Options, *nri.Resolver, *nri.KubeletPodResources, error) {
+func build(o *options, h *host.Host, devRoot string, log logr.Logger) (nri.Options, *nri.Resolver, *nri.KubeletPodResources, error) {
 	res, err := nri.NewResolver(o.cdiKind, o.cdiDirs.vals)
 	if err != nil {
 		return nri.Options{}, nil, nil, err
@@ -27,7 +27,7 @@ func build(o *options, h *host.Host, log logr.Logger) (nri.Options, *nri.Resolve
 		skip = nil // the Kata handlers are named: no name pattern besides
 	}
 	no := nri.Options{Resources: o.resources.vals, KataRuntimeHandlers: o.kata.vals, SkipRuntimeHandlers: skip,
-		DriverRoots: o.driverRoots.vals, CharMajors: h.CharMajors,
+		DriverRoots: o.driverRoots.vals, DevRoot: devRoot, CharMajors: h.CharMajors,
 		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, StrictPrivileged: o.strictPrivileged, Injection: o.injection, Hooks: o.hooks, Log: log}
 	if o.checkpoint != "" {
 		no.Checkpoint = &nri.Checkpoint{Path: o.checkpoint}
@@ -38,7 +38,7 @@ func build(o *options, h *host.Host, log logr.Logger) (nri.Options, *nri.Resolve
 func run(ctx context.Context, env *shell.Env, o *options) error {
 	log := env.Log
 	h := host.New(env.HostOptions())
-	no, res, pods, err := build(o, h, log)
+	no, res, pods, err := build(o, h, env.HostOptions().DevRoot, log)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func run(ctx context.Context, env *shell.Env, o *options) error {
 			if err != nil {
 				return nri.Options{}, nil, nil, err
 			}
-			no, res, pods, err := build(co, h, log)
+			no, res, pods, err := build(co, h, env.HostOptions().DevRoot, log)
 			if err == nil {
 				closers = append(closers, pods.Close)
 				log.Info("Configured by the runtime", "podResources", co.podResources, "cdiDirs", co.cdiDirs.vals, "resources", co.resources.vals, "failOpen", co.failOpen)
