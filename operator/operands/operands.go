@@ -118,6 +118,12 @@ var builders = map[string]builder{
 				hooks = v1alpha1.CDIHooksNVIDIA
 			}
 			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
+			if o.HostRoot != "" {
+				// Tests: the GPU specs' host paths name the simulated
+				// node's device nodes (the CDI policy checks them there;
+				// the plugin opens none, so nothing is mounted).
+				c.Args = append(c.Args, "--dev-root="+path.Join(o.HostRoot, "dev"))
+			}
 			if o.KataRuntimeHandler != "" {
 				// Kata's pods, decided by the handler of the policy's
 				// RuntimeClass, not by a name pattern.
