@@ -384,3 +384,15 @@ func TestCDIWriterRefusesFilesItDidNotWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestCDIWriterMakesItsFolder: a folder that does not exist yet (a fresh
+// node's) is made; an invalid device name is refused before any file is.
+func TestCDIWriterMakesItsFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sandbox-gpu", "kata-cdi")
+	w := &CDIWriter{Dir: dir}
+	require.NoError(t, w.Write([]deviceplugin.Resource{{Name: DefaultResource, Devices: []deviceplugin.Device{{ID: "3", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)}}}}))
+	assert.Equal(t, []string{SpecName(DefaultResource)}, dirEntries(t, dir))
+	err := w.Write([]deviceplugin.Resource{{Name: DefaultResource, Devices: []deviceplugin.Device{{ID: "a/b", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)}}}})
+	require.ErrorContains(t, err, "CDI spec "+specPath(dir, DefaultResource)+": ")
+	assert.NotNil(t, loadCDI(t, dir).GetDevice(DefaultResource+"=3"), "the last good spec stays")
+}

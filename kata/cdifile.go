@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -87,6 +89,12 @@ func fileKind(m fs.FileMode) string {
 // is refused and left as it is.
 func writeSpecFile(dir, name string, spec *cdispec.Spec) error {
 	path := filepath.Join(dir, name)
+	if err := validSpec(spec); err != nil {
+		return fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("CDI spec %s: %w", path, err)
+	}
 	if _, err := checkOurs(path); err != nil {
 		return err
 	}
@@ -122,6 +130,31 @@ func writeSpecFile(dir, name string, spec *cdispec.Spec) error {
 	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	return nil
+}
+
+// validSpec checks what a CDI reader checks: the kind, each device's name
+// and the edits (the spec-wide and each device's).
+func validSpec(spec *cdispec.Spec) error {
+	vendor, class := parser.ParseQualifier(spec.Kind)
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return fmt.Errorf("kind %q: %w", spec.Kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return fmt.Errorf("kind %q: %w", spec.Kind, err)
+	}
+	if err := (&cdi.ContainerEdits{ContainerEdits: &spec.ContainerEdits}).Validate(); err != nil {
+		return err
+	}
+	for i := range spec.Devices {
+		d := &spec.Devices[i]
+		if err := parser.ValidateDeviceName(d.Name); err != nil {
+			return err
+		}
+		if err := (&cdi.ContainerEdits{ContainerEdits: &d.ContainerEdits}).Validate(); err != nil {
+			return fmt.Errorf("device %q: %w", d.Name, err)
+		}
 	}
 	return nil
 }
