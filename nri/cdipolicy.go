@@ -24,7 +24,8 @@ import (
 //     generator writes them. Only known mount options; no other mount type;
 //     never the root itself; container paths absolute and clean, never /;
 //   - device nodes: character devices at /dev/nvidia*, /dev/dri/* or
-//     /dev/vfio/*, from the same paths under the host's /dev (DevRoot), with the majors of NVIDIA's
+//     /dev/vfio/*, from the same paths under the host's /dev (DevRoot) or
+//     a driver root's dev folder, with the majors of NVIDIA's
 //     drivers (195 and the nvidia* entries of /proc/devices), DRM (226) or
 //     VFIO (its /proc/devices major; /dev/vfio/vfio is 10:196);
 //   - env: only what NVIDIA's generator sets (checkEnv:
@@ -262,8 +263,10 @@ func (p *Policy) checkNode(d *cdispec.DeviceNode, mj *majors) error {
 	if class == "" {
 		return fmt.Errorf("device node %s: only /dev/nvidia*, /dev/dri/* and /dev/vfio/*", desc)
 	}
-	if d.HostPath != "" && gpuNodeClass(p.containerDevPath(d.HostPath)) != class {
-		return fmt.Errorf("device node %s: host path is not a node of the same kind under %s", desc, p.devRoot())
+	if d.HostPath != "" && !slices.ContainsFunc(p.devRoots(), func(root string) bool {
+		return gpuNodeClass(containerDevPath(root, d.HostPath)) == class
+	}) {
+		return fmt.Errorf("device node %s: host path is not a node of the same kind under %s", desc, strings.Join(p.devRoots(), " or "))
 	}
 	if d.Type != "" && d.Type != "c" {
 		return fmt.Errorf("device node %s: type %q: only character devices", desc, d.Type)
@@ -288,10 +291,23 @@ func (p *Policy) devRoot() string {
 	return path.Clean(p.DevRoot)
 }
 
-// containerDevPath is the /dev path of a host path under the dev root, ""
+// devRoots are where a node's host path may lie: the dev root, and the dev
+// folder of each driver root other than / (a containerized driver's nodes,
+// as nvidia-ctk names them with its --dev-root there).
+func (p *Policy) devRoots() []string {
+	out := []string{p.devRoot()}
+	for _, r := range p.driverRoots() {
+		if d := path.Join(r, "dev"); cleanAbs(r) && r != "/" && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// containerDevPath is the /dev path of a host path under a dev root, ""
 // for one elsewhere.
-func (p *Policy) containerDevPath(host string) string {
-	rest, ok := strings.CutPrefix(host, p.devRoot()+"/")
+func containerDevPath(root, host string) string {
+	rest, ok := strings.CutPrefix(host, root+"/")
 	if !ok || !cleanAbs(host) {
 		return ""
 	}

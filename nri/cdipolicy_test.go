@@ -122,10 +122,10 @@ func TestPolicyRefusesHostileSpecs(t *testing.T) {
 		}, `devices["0"].containerEdits.deviceNodes[1]`, "device node /dev/sda: only /dev/nvidia*, /dev/dri/* and /dev/vfio/*"},
 		{"host /dev/sda behind a GPU path", true, func(e *specs.ContainerEdits) {
 			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", HostPath: "/dev/sda"})
-		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev"},
+		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev or"},
 		{"a GPU node of another dev root", true, func(e *specs.ContainerEdits) {
 			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", HostPath: "/tmp/dev/nvidia7"})
-		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev"},
+		}, `devices["0"].containerEdits.deviceNodes[1]`, "host path is not a node of the same kind under /dev or"},
 		{"/dev/mem's numbers at a GPU path", false, func(e *specs.ContainerEdits) {
 			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/nvidia7", Type: "c", Major: 1, Minor: 1})
 		}, "containerEdits.deviceNodes[1]", "1:1 is not a device of NVIDIA's drivers, DRM or VFIO"},
@@ -264,4 +264,9 @@ func TestDevRootOfHostPaths(t *testing.T) {
 	assert.ErrorContains(t, (&Policy{DevRoot: "/tmp/node/dev"}).checkNode(n, &majors{}), "under /tmp/node/dev")
 	n.HostPath = "/tmp/node/dev/../dev/nvidia0"
 	assert.Error(t, (&Policy{DevRoot: "/tmp/node/dev"}).checkNode(n, &majors{}), "not clean")
+	// A containerized driver's nodes, under its driver root's dev folder.
+	n.HostPath = "/run/nvidia/driver/dev/nvidia0"
+	assert.NoError(t, (&Policy{}).checkNode(n, &majors{}))
+	n.HostPath = "/run/nvidia/driver/dev/sda"
+	assert.ErrorContains(t, (&Policy{}).checkNode(n, &majors{}), "not a node of the same kind under /dev or /run/nvidia/driver/dev")
 }
