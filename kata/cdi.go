@@ -3,7 +3,6 @@ package kata
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -95,16 +94,15 @@ func (w *CDIWriter) RemoveAll() error {
 	return w.Write(nil)
 }
 
-// Write brings the folder in line with the resources.
+// Write brings the folder in line with the resources. It writes and
+// removes only its own file names (SpecName), and of those only files it
+// wrote (OwnerMarker; writeSpecFile): a symlink, a special file or another
+// writer's spec at one of its names is reported and left as it is.
 func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.written == nil {
 		w.written = map[string]*cdispec.Spec{}
-	}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(w.Dir), cdi.WithAutoRefresh(false))
-	if err != nil {
-		return fmt.Errorf("CDI folder %s: %w", w.Dir, err)
 	}
 	keep := map[string]bool{}
 	var errs []error
@@ -121,12 +119,17 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 			continue
 		}
 		if old, ok := w.written[name]; ok && reflect.DeepEqual(old, spec) {
-			if _, err := os.Stat(filepath.Join(w.Dir, name)); err == nil {
+			exists, err := checkOurs(filepath.Join(w.Dir, name))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if exists {
 				continue
 			}
 		}
-		if err := cache.WriteSpec(spec, name); err != nil {
-			errs = append(errs, fmt.Errorf("write CDI spec %s: %w", filepath.Join(w.Dir, name), err))
+		if err := writeSpecFile(w.Dir, name, spec); err != nil {
+			errs = append(errs, fmt.Errorf("write %w", err))
 			continue
 		}
 		w.written[name] = spec
@@ -137,8 +140,8 @@ func (w *CDIWriter) Write(resources []deviceplugin.Resource) error {
 		if keep[name] {
 			continue
 		}
-		if err := cache.RemoveSpec(name); err != nil {
-			errs = append(errs, fmt.Errorf("remove CDI spec %s: %w", p, err))
+		if err := removeSpecFile(w.Dir, name); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		delete(w.written, name)

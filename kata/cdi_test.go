@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -265,7 +266,7 @@ func TestSpecNameAndShape(t *testing.T) {
 func TestStaleSpecsFromAnEarlierRunAreRemoved(t *testing.T) {
 	dir := t.TempDir()
 	old := filepath.Join(dir, SpecName("nvidia.com/oldname"))
-	require.NoError(t, os.WriteFile(old, []byte("cdiVersion: 0.5.0\nkind: nvidia.com/oldname\ndevices:\n- name: \"12\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/vfio/12\n"), 0o644))
+	require.NoError(t, os.WriteFile(old, []byte(OwnerMarker+"\ncdiVersion: 0.5.0\nkind: nvidia.com/oldname\ndevices:\n- name: \"12\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/vfio/12\n"), 0o644))
 	foreign := filepath.Join(dir, "nvidia.com-gpu.yaml")
 	require.NoError(t, os.WriteFile(foreign, []byte("cdiVersion: 0.3.0\nkind: nvidia.com/gpu\ndevices:\n- name: gpu0\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n"), 0o644))
 
@@ -279,6 +280,12 @@ func TestStaleSpecsFromAnEarlierRunAreRemoved(t *testing.T) {
 	cache := loadCDI(t, dir)
 	assert.Nil(t, cache.GetDevice("nvidia.com/oldname=12"))
 	assert.NotNil(t, cache.GetDevice("nvidia.com/pgpu=12"))
+
+	// A file at one of the plugin's names that it did not write stays too, and is reported.
+	unmarked := filepath.Join(dir, SpecName("nvidia.com/other"))
+	require.NoError(t, os.WriteFile(unmarked, []byte("cdiVersion: 0.5.0\nkind: nvidia.com/other\n"), 0o644))
+	require.ErrorIs(t, w.Write(nil), errNotOurs)
+	assert.FileExists(t, unmarked)
 }
 
 // TestSpecOnAMovedDev: where the node's /dev is elsewhere (a simulated
@@ -320,4 +327,72 @@ func TestWriterKeepsToItsOwnKinds(t *testing.T) {
 	require.NoError(t, w.RemoveAll())
 	assert.NoFileExists(t, filepath.Join(dir, SpecName("nvidia.com/pgpu")))
 	assert.FileExists(t, foreign, "another writer's spec is not ours to remove")
+}
+
+// TestCDIWriterRefusesFilesItDidNotWrite: at the plugin's own spec name, a
+// planted symlink (to a file outside the folder), another writer's spec
+// (no OwnerMarker), a FIFO and a folder are each refused with an error
+// naming the file, and left exactly as they were: the link's target is not
+// written, nothing blocks. Removal refuses them the same way. Once the
+// name is free the spec is written, with the marker, and replaced later.
+func TestCDIWriterRefusesFilesItDidNotWrite(t *testing.T) {
+	res := []deviceplugin.Resource{{Name: DefaultResource, Devices: []deviceplugin.Device{{ID: "12", Specs: deviceplugin.VFIOSpecs("", 12, nil, false)}}}}
+	target := filepath.Join(t.TempDir(), "nvidia.yaml")
+	nvidia := []byte("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n")
+	require.NoError(t, os.WriteFile(target, nvidia, 0o644))
+	for _, tc := range []struct {
+		name  string
+		plant func(path string) error
+		kind  string
+	}{
+		{"symlink", func(p string) error { return os.Symlink(target, p) }, "a symbolic link, not a regular file"},
+		{"foreign spec", func(p string) error { return os.WriteFile(p, nvidia, 0o644) }, `no "` + OwnerMarker + `" line`},
+		{"marker not first", func(p string) error { return os.WriteFile(p, append(nvidia, OwnerMarker+"\n"...), 0o644) }, "no \""},
+		{"FIFO", func(p string) error { return syscall.Mkfifo(p, 0o644) }, "a FIFO, not a regular file"},
+		{"folder", func(p string) error { return os.Mkdir(p, 0o755) }, "a folder, not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := specPath(dir, DefaultResource)
+			require.NoError(t, tc.plant(p))
+			before, err := os.Lstat(p)
+			require.NoError(t, err)
+			w := &CDIWriter{Dir: dir}
+			err = w.Write(res)
+			require.ErrorIs(t, err, errNotOurs)
+			assert.ErrorContains(t, err, "CDI spec "+p+": "+tc.kind)
+			after, err := os.Lstat(p)
+			require.NoError(t, err)
+			assert.True(t, os.SameFile(before, after), "left in place")
+			assert.Equal(t, before.ModTime(), after.ModTime(), "unchanged")
+			got, err := os.ReadFile(target)
+			require.NoError(t, err)
+			assert.Equal(t, nvidia, got, "the link's target is not written")
+			assert.Equal(t, []string{filepath.Base(p)}, dirEntries(t, dir), "no temporary file left")
+			require.ErrorIs(t, w.RemoveAll(), errNotOurs, "nor removed")
+			_, err = os.Lstat(p)
+			assert.NoError(t, err)
+
+			require.NoError(t, os.RemoveAll(p))
+			require.NoError(t, w.Write(res))
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			assert.True(t, strings.HasPrefix(string(raw), OwnerMarker+"\n"), "written with the marker: %q", raw)
+			assert.NotNil(t, loadCDI(t, dir).GetDevice(DefaultResource+"=12"), "a CDI reader takes the marked file")
+			require.NoError(t, w.RemoveAll())
+			assert.Empty(t, dirEntries(t, dir))
+		})
+	}
+}
+
+// TestCDIWriterMakesItsFolder: a folder that does not exist yet (a fresh
+// node's) is made; an invalid device name is refused before any file is.
+func TestCDIWriterMakesItsFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sandbox-gpu", "kata-cdi")
+	w := &CDIWriter{Dir: dir}
+	require.NoError(t, w.Write([]deviceplugin.Resource{{Name: DefaultResource, Devices: []deviceplugin.Device{{ID: "3", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)}}}}))
+	assert.Equal(t, []string{SpecName(DefaultResource)}, dirEntries(t, dir))
+	err := w.Write([]deviceplugin.Resource{{Name: DefaultResource, Devices: []deviceplugin.Device{{ID: "a/b", Specs: deviceplugin.VFIOSpecs("", 3, nil, false)}}}})
+	require.ErrorContains(t, err, "CDI spec "+specPath(dir, DefaultResource)+": ")
+	assert.NotNil(t, loadCDI(t, dir).GetDevice(DefaultResource+"=3"), "the last good spec stays")
 }

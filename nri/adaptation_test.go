@@ -38,8 +38,17 @@ type fixtureOpts struct {
 	failOpen bool
 	hooks    bool
 	annNS    []string
+	// checkpoint is the kubelet device checkpoint's path ("": none).
+	checkpoint string
 	// strictPrivileged applies the allocation rule to privileged containers.
 	strictPrivileged bool
+}
+
+func checkpoint(path string) *Checkpoint {
+	if path == "" {
+		return nil
+	}
+	return &Checkpoint{Path: path}
 }
 
 func newFixture(t *testing.T, fo fixtureOpts) *fixture {
@@ -57,7 +66,7 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 	pods, err := NewKubeletPodResources(f.kubelet.Socket(), time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pods.Close() })
-	f.plugin, err = New(Options{FailOpen: fo.failOpen, StrictPrivileged: fo.strictPrivileged, SkipRuntimeHandlers: []string{"kata*"}, AnnotationNamespaces: fo.annNS, Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{Verbosity: 0})}, res, pods, f.reg)
+	f.plugin, err = New(Options{FailOpen: fo.failOpen, StrictPrivileged: fo.strictPrivileged, SkipRuntimeHandlers: []string{"kata*"}, AnnotationNamespaces: fo.annNS, CharMajors: nritest.CharMajors, Checkpoint: checkpoint(fo.checkpoint), Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{Verbosity: 0})}, res, pods, f.reg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -45,6 +45,38 @@ func (c Checkpoint) Lookup(podUID, container string) (Allocation, error) {
 	return lookupCheckpoint(c.Path, b, podUID, container)
 }
 
+// PodResources returns the resource names of which the checkpoint records
+// devices for any container of the pod (by UID); none when the file does
+// not exist.
+func (c Checkpoint) PodResources(podUID string) ([]string, error) {
+	b, err := os.ReadFile(c.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubelet device checkpoint: %w", err)
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("kubelet device checkpoint %s: %w", c.Path, err)
+	}
+	var out []string
+	for _, e := range f.Data.PodDeviceEntries {
+		if e.PodUID != podUID {
+			continue
+		}
+		ids, err := deviceIDs(e.DeviceIDs)
+		if err != nil {
+			return nil, fmt.Errorf("kubelet device checkpoint %s: pod %s container %s resource %s: %w", c.Path, podUID, e.ContainerName, e.ResourceName, err)
+		}
+		if len(ids) > 0 {
+			out = append(out, e.ResourceName)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // lookupCheckpoint finds a container's allocation in checkpoint content
 // (path names it in errors).
 func lookupCheckpoint(path string, b []byte, podUID, container string) (Allocation, error) {

@@ -22,7 +22,11 @@
 //     they are removed where the runtime honours it and denied in the
 //     device cgroup everywhere;
 //   - annotation requests are honoured only in configured namespaces;
-//   - sandboxed pods (runtime handler kata* by default) are left alone;
+//   - sandboxed pods (Kata's runtime handlers as configured, else a
+//     handler matching kata*) are left alone;
+//   - every GPU CDI spec it injects is checked whole (hooks, mounts, device
+//     nodes, env; Policy) before anything is adjusted: anything else
+//     refuses the container, naming the spec file and the entry;
 //   - pods in a user namespace (hostUsers: false) are refused with a clear
 //     error when the devices' CDI edits carry OCI hooks, since such hooks
 //     must read the bundle from inside the user namespace and fail
@@ -31,5 +35,6 @@
 //
 // Failure policy: fail closed by default (creation of a container with an
 // allocation fails with a message naming the pod, container and missing
-// GPUs); fail open on request.
+// GPUs; while the kubelet cannot be asked, creation of a container that may
+// need a GPU fails, see mayNeedGPU); fail open on request.
 package nri

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	oci "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,8 +52,8 @@ func TestPlantedSpecWithAHookIsRefused(t *testing.T) {
 	nritest.WriteSpec(t, run, "planted", evil)
 	kubelet.Allocate("ml", "train2", "main", "nvidia.com/gpu", "0")
 	_, err = rt.Create(pod("ml", "train2", "runc"), ctr("main", nil))
-	require.ErrorContains(t, err, "pod ml/train2 container main: a GPU CDI spec brings an OCI hook the hook policy does not allow")
-	require.ErrorContains(t, err, "/tmp/evil")
+	require.ErrorContains(t, err, "pod ml/train2 container main: a GPU CDI spec brings what the CDI policy does not allow")
+	require.ErrorContains(t, err, filepath.Join(run, "planted.yaml")+": containerEdits.hooks[0]: hook /tmp/evil: not one of NVIDIA's toolkit hooks")
 	_, statErr := os.Stat(marker)
 	assert.ErrorIs(t, statErr, os.ErrNotExist)
 
@@ -66,12 +64,18 @@ func TestPlantedSpecWithAHookIsRefused(t *testing.T) {
 // default; a look-alike elsewhere does not; HooksNone refuses every hook
 // (only specs without, such as generate-cdi's, serve); HooksAny none.
 func TestHookPolicies(t *testing.T) {
-	hooks := &oci.Hooks{CreateContainer: []oci.Hook{{Path: "/usr/bin/nvidia-cdi-hook"}, {Path: "/usr/local/nvidia/toolkit/nvidia-ctk"}},
-		StartContainer: []oci.Hook{{Path: "/opt/evil/nvidia-cdi-hook"}}}
-	assert.Equal(t, []string{"/opt/evil/nvidia-cdi-hook"}, checkHooks(HooksNVIDIA, hooks))
-	assert.Equal(t, []string{"/opt/evil/nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook", "/usr/local/nvidia/toolkit/nvidia-ctk"}, checkHooks(HooksNone, hooks))
-	assert.Empty(t, checkHooks(HooksAny, hooks))
-	assert.Empty(t, checkHooks(HooksNone, nil))
+	ok := []*specs.Hook{
+		{HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}},
+		{HookName: "createContainer", Path: "/usr/local/nvidia/toolkit/nvidia-ctk", Args: []string{"nvidia-ctk", "hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib64/libcuda.so"}},
+	}
+	evil := &specs.Hook{HookName: "createContainer", Path: "/opt/evil/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}
+	for _, h := range ok {
+		assert.NoError(t, (&Policy{}).checkHook(h), "the default is nvidia")
+		assert.NoError(t, (&Policy{Hooks: HooksAny}).checkHook(h))
+		assert.ErrorContains(t, (&Policy{Hooks: HooksNone}).checkHook(h), "no hooks allowed (--cdi-hooks=none)")
+	}
+	assert.ErrorContains(t, (&Policy{Hooks: HooksNVIDIA}).checkHook(evil), "hook /opt/evil/nvidia-cdi-hook: not one of NVIDIA's toolkit hooks at its installed path")
+	assert.NoError(t, (&Policy{Hooks: HooksAny}).checkHook(evil))
 }
 
 // runPlugin runs p against the runtime side until the test ends.

@@ -67,7 +67,58 @@ func (p *core) gpuResource(name string) bool {
 	return false
 }
 
+// mayNeedGPU says why a container may need a GPU, "" when nothing says
+// so. It decides what a PodResources error refuses: a container with none
+// of these signals starts (it would get no GPU anyway), one with any is
+// refused, as it might hold an allocation the plugin cannot see:
+//   - NVIDIA_VISIBLE_DEVICES in its env (other than void);
+//   - a cdi.k8s.io/ or nvidia.cdi.k8s.io/ annotation naming the GPU kind,
+//     on the container or its pod;
+//   - the GPU request annotation where annotations are honoured;
+//   - GPU device nodes already in its config (from the runtime);
+//   - the kubelet's device checkpoint records devices of a GPU resource
+//     (or any nvidia.com/ resource) for any container of its pod, or
+//     cannot tell: no checkpoint configured, no pod UID, or the file
+//     unreadable. NRI carries no extended resource requests; the
+//     checkpoint, written when the kubelet allocates (before the
+//     container is created), is where they show.
+func (p *core) mayNeedGPU(pod *api.PodSandbox, ctr *api.Container) string {
+	if hasEnv(ctr, VisibleDevicesEnv) {
+		return "env " + VisibleDevicesEnv
+	}
+	prefix := p.res.kind + "="
+	for _, ann := range []map[string]string{ctr.GetAnnotations(), pod.GetAnnotations()} {
+		for _, k := range slices.Sorted(maps.Keys(ann)) {
+			if (strings.HasPrefix(k, "cdi.k8s.io/") || strings.HasPrefix(k, "nvidia.cdi.k8s.io/")) && strings.Contains(ann[k], prefix) {
+				return "annotation " + k
+			}
+		}
+	}
+	if p.annotationsAllowed(pod.GetNamespace()) && len(RequestedIDs(pod.GetAnnotations(), ctr.GetName())) > 0 {
+		return "annotation " + names.RequestAnnotation
+	}
+	if nodes := p.foreignGPUNodes(ctr, nil); len(nodes) > 0 {
+		return "GPU device nodes " + strings.Join(nodePaths(nodes), ", ")
+	}
+	if p.o.Checkpoint == nil || pod.GetUid() == "" {
+		return "its pod's device resources are unknown (no kubelet checkpoint or pod UID)"
+	}
+	res, err := p.o.Checkpoint.PodResources(pod.GetUid())
+	if err != nil {
+		return err.Error()
+	}
+	for _, r := range res {
+		if p.gpuResource(r) || strings.HasPrefix(r, "nvidia.com/") {
+			return "its pod holds devices of " + r + " (kubelet checkpoint)"
+		}
+	}
+	return ""
+}
+
 func (p *core) skipped(pod *api.PodSandbox) bool {
+	if slices.Contains(p.o.KataRuntimeHandlers, pod.GetRuntimeHandler()) {
+		return true
+	}
 	for _, pat := range p.o.SkipRuntimeHandlers {
 		if ok, _ := path.Match(pat, pod.GetRuntimeHandler()); ok {
 			return true

@@ -18,7 +18,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_gpu_nri_create_container_total",
-			Help: "CreateContainer requests by outcome (injected, none, privileged, skipped_sandboxed, failed, failed_open)"}, []string{"outcome"}),
+			Help: "CreateContainer requests by outcome (injected, none, none_unverified, privileged, skipped_sandboxed, failed, failed_open)"}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sandbox_gpu_nri_create_container_seconds",
 			Help: "Time the plugin spent on CreateContainer", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8)}),
 		missing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sandbox_gpu_nri_containers_missing_devices",

@@ -35,8 +35,13 @@ type Options struct {
 	// Resources are the kubelet resource names whose devices are GPUs;
 	// path.Match patterns ("nvidia.com/mig-*") are allowed.
 	Resources []string
-	// SkipRuntimeHandlers are path.Match patterns of sandboxed runtime
-	// handlers whose pods are left alone ("kata*").
+	// KataRuntimeHandlers are the runtime handlers of Kata's
+	// RuntimeClasses (exact names, "" the default runtime's): their pods
+	// are sandboxed and left alone.
+	KataRuntimeHandlers []string
+	// SkipRuntimeHandlers are path.Match patterns of further sandboxed
+	// runtime handlers whose pods are left alone (the command line's
+	// default "kata*" applies only where no Kata handler is configured).
 	SkipRuntimeHandlers []string
 	// AnnotationNamespaces may use names.RequestAnnotation.
 	AnnotationNamespaces []string
@@ -48,6 +53,15 @@ type Options struct {
 	// Hooks is the hook policy of GPU CDI specs: HooksNVIDIA (default),
 	// HooksNone or HooksAny.
 	Hooks string
+	// DriverRoots are where the driver's files are, which a GPU spec may
+	// mount (default DefaultDriverRoots; see Policy).
+	DriverRoots []string
+	// DevRoot is the host's /dev as GPU specs' host paths name it
+	// (default /dev; see Policy).
+	DevRoot string
+	// CharMajors gives the host's character device majors by name (see
+	// Policy); nil: only the fixed majors of NVIDIA's, DRM and VFIO nodes.
+	CharMajors func() (map[string]int64, error)
 	// Checkpoint, when set, gives the allocations of containers the
 	// PodResources API does not list (ordinary init containers).
 	Checkpoint *Checkpoint
@@ -80,6 +94,7 @@ type Plugin struct {
 // core is one configuration of the plugin.
 type core struct {
 	o       Options
+	pol     Policy
 	res     *Resolver
 	pods    *cache
 	metrics *metrics
@@ -127,7 +142,13 @@ func (p *Plugin) newCore(o Options, res *Resolver, pods PodResources) (*core, er
 	default:
 		return nil, fmt.Errorf("injection mode %q: want auto, cdi or edits", o.Injection)
 	}
-	return &core{o: o, res: res, pods: newCache(pods), metrics: p.metrics, useCDI: &p.useCDI}, nil
+	for _, r := range o.DriverRoots {
+		if !cleanAbs(r) {
+			return nil, fmt.Errorf("driver root %q: want an absolute, clean path", r)
+		}
+	}
+	pol := Policy{Hooks: o.Hooks, DriverRoots: o.DriverRoots, DevRoot: o.DevRoot, CharMajors: o.CharMajors}
+	return &core{o: o, pol: pol, res: res, pods: newCache(pods), metrics: p.metrics, useCDI: &p.useCDI}, nil
 }
 
 // SetReconfigure makes a non-empty config from the runtime (the plugin's
@@ -216,6 +237,13 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 		return nil, "privileged", nil
 	}
 	if lookupErr != nil {
+		why := p.mayNeedGPU(pod, ctr)
+		if why == "" {
+			// Nothing says it may need a GPU: it would get none anyway.
+			p.o.Log.V(1).Info("Kubelet unreachable; container shows no sign of a GPU, let through", "pod", podKey(pod), "container", ctr.GetName(), "reason", lookupErr.Error())
+			return nil, "none_unverified", nil
+		}
+		lookupErr = fmt.Errorf("%w (it may need a GPU: %s)", lookupErr, why)
 		// Cannot tell whether it holds GPUs: it gets none, and fails closed.
 		if !p.o.FailOpen {
 			return nil, "failed", fmt.Errorf("%s: cannot tell which GPUs the kubelet allocated: %w", who, lookupErr)
@@ -241,7 +269,7 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 		names = append(names, n)
 	}
 	names = dedupe(names)
-	edits, missing, err := p.res.Edits(names)
+	edits, missing, err := p.res.Edits(names, &p.pol)
 	if err != nil {
 		if len(missing) > 0 {
 			err = fmt.Errorf("%s: allocated GPUs missing from the CDI specs: %s", who, strings.Join(missing, ", "))
@@ -249,9 +277,6 @@ func (p *core) adjust(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 			err = fmt.Errorf("%s: %w", who, err)
 		}
 		return p.failed(adj, ctr, err)
-	}
-	if refused := checkHooks(p.o.Hooks, edits.Hooks); len(refused) > 0 {
-		return p.failed(adj, ctr, fmt.Errorf("%s: %w: %s", who, errHookRefused, strings.Join(refused, ", ")))
 	}
 	if inUserNS(pod, ctr) {
 		if hooks := hookPaths(edits.Hooks); len(hooks) > 0 {

@@ -11,6 +11,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // Resolver maps device IDs to CDI device names of one kind and resolves
@@ -52,22 +53,74 @@ func (r *Resolver) Name(id string) (string, error) {
 
 // Edits resolves CDI device names into the OCI edits they make. Names the
 // cache does not know are returned; a refresh is tried once first, so a
-// spec written a moment ago is found.
-func (r *Resolver) Edits(names []string) (*oci.Spec, []string, error) {
-	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
-	unresolved, err := r.cache.InjectDevices(spec, names...)
+// spec written a moment ago is found. With a policy, the edits of every
+// spec and device involved are checked first, and nothing is resolved when
+// one is refused (an error wrapping errSpecRefused that names each spec
+// file and entry); the edits returned are made from exactly the spec
+// content that was checked.
+func (r *Resolver) Edits(names []string, pol *Policy) (*oci.Spec, []string, error) {
+	devs, unresolved := r.devices(names)
 	if len(unresolved) > 0 {
 		_ = r.cache.Refresh() // errors of other specs are not ours to report here
-		spec = &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
-		unresolved, err = r.cache.InjectDevices(spec, names...)
+		devs, unresolved = r.devices(names)
 	}
 	if len(unresolved) > 0 {
 		return nil, unresolved, fmt.Errorf("unresolvable CDI devices %s", strings.Join(unresolved, ", "))
 	}
-	if err != nil {
-		return nil, nil, err
+	if pol != nil {
+		if refused := pol.check(devs); len(refused) > 0 {
+			return nil, nil, fmt.Errorf("%w: %s", errSpecRefused, strings.Join(refused, "; "))
+		}
+	}
+	edits := &cdi.ContainerEdits{ContainerEdits: &cdispec.ContainerEdits{}}
+	seen := map[*cdi.Spec]bool{}
+	for _, d := range devs {
+		if s := d.GetSpec(); !seen[s] {
+			seen[s] = true
+			edits.Append(&cdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
+		}
+		edits.Append(&cdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if err := edits.Apply(spec); err != nil {
+		return nil, nil, fmt.Errorf("inject CDI devices %s: %w", strings.Join(names, ", "), err)
 	}
 	return spec, nil, nil
+}
+
+// devices looks the names up in the cache, once each.
+func (r *Resolver) devices(names []string) ([]*cdi.Device, []string) {
+	var devs []*cdi.Device
+	var unresolved []string
+	for _, n := range names {
+		if d := r.cache.GetDevice(n); d != nil {
+			devs = append(devs, d)
+		} else {
+			unresolved = append(unresolved, n)
+		}
+	}
+	return devs, unresolved
+}
+
+// check returns the refused entries of the devices' specs and of the
+// devices, "<spec file>: <entry>: <why>".
+func (p *Policy) check(devs []*cdi.Device) []string {
+	mj := &majors{p: p}
+	var out []string
+	seen := map[*cdi.Spec]bool{}
+	for _, d := range devs {
+		s := d.GetSpec()
+		if !seen[s] {
+			seen[s] = true
+			for _, v := range p.checkEdits(&s.ContainerEdits, s.GetPath(), "containerEdits", mj) {
+				out = append(out, v.String())
+			}
+		}
+		for _, v := range p.checkEdits(&d.ContainerEdits, s.GetPath(), fmt.Sprintf("devices[%q].containerEdits", d.Name), mj) {
+			out = append(out, v.String())
+		}
+	}
+	return out
 }
 
 // DevicePaths are the container paths of every device node the kind's

@@ -17,3 +17,16 @@ func TestSkipTheDefaultRuntime(t *testing.T) {
 	p = &core{o: Options{SkipRuntimeHandlers: []string{"kata*"}}}
 	assert.False(t, p.skipped(&api.PodSandbox{}), "without \"\" the default runtime's pods are served")
 }
+
+// TestKataHandlersAsConfigured: the Kata handlers named (the handler of
+// the policy's RuntimeClass) are skipped exactly; a kata-looking handler
+// that is not one of them is served, and so is the default runtime unless
+// "" is named.
+func TestKataHandlersAsConfigured(t *testing.T) {
+	p := &core{o: Options{KataRuntimeHandlers: []string{"kata-qemu-nvidia-gpu", "sandboxed"}}}
+	for handler, skip := range map[string]bool{"kata-qemu-nvidia-gpu": true, "sandboxed": true, "kata-fc": false, "": false, "runc": false, "kata-qemu-nvidia-gpu-x": false} {
+		assert.Equal(t, skip, p.skipped(&api.PodSandbox{RuntimeHandler: handler}), "handler %q", handler)
+	}
+	p = &core{o: Options{KataRuntimeHandlers: []string{""}}}
+	assert.True(t, p.skipped(&api.PodSandbox{}), "Kata as the default runtime")
+}

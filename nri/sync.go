@@ -81,7 +81,7 @@ func (p *core) check(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Co
 			names = append(names, n)
 		}
 		if m.Reason == "" {
-			edits, _, err := p.res.Edits(dedupe(names))
+			edits, _, err := p.res.Edits(dedupe(names), nil)
 			if err != nil {
 				m.Reason = err.Error()
 			} else {

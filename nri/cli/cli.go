@@ -45,19 +45,21 @@ func Program() *shell.Program {
 
 // options are the plugin's flags.
 type options struct {
-	nriSocket, podResources, cdiKind, index, name, injection string
-	hooks                                                    string
-	checkpoint                                               string
-	podResourcesTimeout                                      time.Duration
-	cdiDirs, resources, skip, annotationNS                   listFlag
-	failOpen, preregistered, strictPrivileged                bool
+	nriSocket, podResources, cdiKind, index, name, injection  string
+	hooks                                                     string
+	checkpoint                                                string
+	podResourcesTimeout                                       time.Duration
+	cdiDirs, resources, skip, annotationNS, kata, driverRoots listFlag
+	failOpen, preregistered, strictPrivileged                 bool
 }
 
 func defaults() *options {
 	return &options{
-		cdiDirs:   list("/etc/cdi", "/var/run/cdi"),
-		resources: list(nri.DefaultResources...),
-		skip:      listFlag{vals: []string{"kata*"}, allowEmpty: true},
+		cdiDirs:     list("/etc/cdi", "/var/run/cdi"),
+		resources:   list(nri.DefaultResources...),
+		skip:        listFlag{vals: []string{"kata*"}, allowEmpty: true},
+		kata:        listFlag{allowEmpty: true},
+		driverRoots: list(nri.DefaultDriverRoots...),
 	}
 }
 
@@ -74,8 +76,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.strictPrivileged, "strict-privileged", false, "apply the allocation rule to privileged containers too (default: a privileged container without an allocation keeps env-based GPU access, as nvidia-container-toolkit's accept-envvar-when-privileged)")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "start a container with an allocation without its GPUs when they cannot be resolved (default: fail its creation)")
 	fs.Var(&o.skip, "skip-runtime-handler", "runtime handler pattern of sandboxed pods to leave alone (repeatable; the first use replaces the default kata*; \"\" is the default runtime's empty handler: pass --skip-runtime-handler kata* --skip-runtime-handler \"\" where Kata is the default runtime)")
+	fs.Var(&o.kata, "kata-runtime-handler", "runtime handler of a Kata RuntimeClass (its handler field, exact; repeatable; \"\" is the default runtime): its pods are sandboxed and left alone. Once given, the --skip-runtime-handler default kata* no longer applies")
+	fs.Var(&o.driverRoots, "driver-root", "where the driver's files are on the host, which a GPU CDI spec may mount read-only (repeatable; the first use replaces the default "+strings.Join(nri.DefaultDriverRoots, " and ")+")")
 	fs.Var(&o.annotationNS, "annotation-namespace", "namespace whose pods may ask for GPUs with the "+names.RequestAnnotation+" annotation (repeatable; default none)")
-	fs.StringVar(&o.hooks, "cdi-hooks", nri.HooksNVIDIA, "OCI hooks a GPU CDI spec may bring: nvidia (only NVIDIA's toolkit hooks at their installed paths), none, or any; a container whose spec brings another is refused")
+	fs.StringVar(&o.hooks, "cdi-hooks", nri.HooksNVIDIA, "OCI hooks a GPU CDI spec may bring: nvidia (only NVIDIA's toolkit hooks at their installed paths, with NVIDIA's hook names and argument shapes and no env but NVIDIA_CTK_DEBUG), none, or any; a container whose spec brings another is refused (mounts, device nodes and env of the spec are checked whatever this says)")
 	fs.StringVar(&o.injection, "injection", nri.InjectAuto, "auto (CDI requests on containerd 2.1+, resolved edits elsewhere), cdi or edits")
 }
 

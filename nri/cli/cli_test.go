@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/nri"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
@@ -99,10 +101,25 @@ func TestSkipDefaultRuntimeHandler(t *testing.T) {
 	require.NoError(t, err, "a pre-registered plugin's config file says it with an empty value after =")
 	assert.Equal(t, []string{"kata*", ""}, o.skip.vals)
 
-	no, _, pods, err := build(parse("--skip-runtime-handler", "", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), logr.Discard())
+	h := host.New(host.Options{ProcRoot: t.TempDir()})
+	no, _, pods, err := build(parse("--skip-runtime-handler", "", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
 	require.NoError(t, err)
 	defer pods.Close()
 	assert.Equal(t, []string{""}, no.SkipRuntimeHandlers)
+	assert.Empty(t, no.KataRuntimeHandlers)
+
+	// Kata's handlers named (the operator passes its RuntimeClass's handler):
+	// only they are skipped, the kata* pattern is gone unless asked for again.
+	no, _, pods2, err := build(parse("--kata-runtime-handler", "kata-qemu-nvidia-gpu", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
+	require.NoError(t, err)
+	defer pods2.Close()
+	assert.Equal(t, []string{"kata-qemu-nvidia-gpu"}, no.KataRuntimeHandlers)
+	assert.Empty(t, no.SkipRuntimeHandlers, "the default kata* pattern no longer applies")
+	no, _, pods3, err := build(parse("--kata-runtime-handler", "kq", "--skip-runtime-handler", "gvisor*", "--cdi-dir", t.TempDir(), "--pod-resources-socket", "/nonexistent.sock"), h, "/dev", logr.Discard())
+	require.NoError(t, err)
+	defer pods3.Close()
+	assert.Equal(t, []string{"gvisor*"}, no.SkipRuntimeHandlers, "patterns given stay")
+	assert.Equal(t, nri.DefaultDriverRoots, no.DriverRoots)
 
 	for _, other := range []string{"--cdi-dir", "--resource", "--annotation-namespace"} {
 		_, err := parseConfig(other + "=")

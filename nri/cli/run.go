@@ -6,13 +6,14 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/nri"
 )
 
 // build turns options into the plugin's settings, its CDI resolver and its
 // kubelet client (closed by the caller).
-func build(o *options, log logr.Logger) (nri.Options, *nri.Resolver, *nri.KubeletPodResources, error) {
+func build(o *options, h *host.Host, devRoot string, log logr.Logger) (nri.Options, *nri.Resolver, *nri.KubeletPodResources, error) {
 	res, err := nri.NewResolver(o.cdiKind, o.cdiDirs.vals)
 	if err != nil {
 		return nri.Options{}, nil, nil, err
@@ -21,7 +22,12 @@ func build(o *options, log logr.Logger) (nri.Options, *nri.Resolver, *nri.Kubele
 	if err != nil {
 		return nri.Options{}, nil, nil, err
 	}
-	no := nri.Options{Resources: o.resources.vals, SkipRuntimeHandlers: o.skip.vals,
+	skip := o.skip.vals
+	if o.kata.set && !o.skip.set {
+		skip = nil // the Kata handlers are named: no name pattern besides
+	}
+	no := nri.Options{Resources: o.resources.vals, KataRuntimeHandlers: o.kata.vals, SkipRuntimeHandlers: skip,
+		DriverRoots: o.driverRoots.vals, DevRoot: devRoot, CharMajors: h.CharMajors,
 		AnnotationNamespaces: o.annotationNS.vals, FailOpen: o.failOpen, StrictPrivileged: o.strictPrivileged, Injection: o.injection, Hooks: o.hooks, Log: log}
 	if o.checkpoint != "" {
 		no.Checkpoint = &nri.Checkpoint{Path: o.checkpoint}
@@ -31,7 +37,8 @@ func build(o *options, log logr.Logger) (nri.Options, *nri.Resolver, *nri.Kubele
 
 func run(ctx context.Context, env *shell.Env, o *options) error {
 	log := env.Log
-	no, res, pods, err := build(o, log)
+	h := host.New(env.HostOptions())
+	no, res, pods, err := build(o, h, env.HostOptions().DevRoot, log)
 	if err != nil {
 		return err
 	}
@@ -51,7 +58,7 @@ func run(ctx context.Context, env *shell.Env, o *options) error {
 			if err != nil {
 				return nri.Options{}, nil, nil, err
 			}
-			no, res, pods, err := build(co, log)
+			no, res, pods, err := build(co, h, env.HostOptions().DevRoot, log)
 			if err == nil {
 				closers = append(closers, pods.Close)
 				log.Info("Configured by the runtime", "podResources", co.podResources, "cdiDirs", co.cdiDirs.vals, "resources", co.resources.vals, "failOpen", co.failOpen)

@@ -44,6 +44,12 @@ func GPUSpec(n int, hooks bool) *specs.Spec {
 	return s
 }
 
+// CharMajors is the /proc/devices of the host GPUSpec describes, as
+// host.CharMajors reads it (nvidia-caps at 508, the MIG node's major).
+func CharMajors() (map[string]int64, error) {
+	return map[string]int64{"mem": 1, "nvidia-frontend": 195, "nvidia-caps": 508, "nvidia-uvm": 507, "vfio": 239}, nil
+}
+
 // WriteSpec writes the spec into dir as name.yaml, atomically.
 func WriteSpec(tb testing.TB, dir, name string, s *specs.Spec) string {
 	tb.Helper()

@@ -106,6 +106,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	if opts.OSTag, err = r.osTag(ctx, &p); err != nil {
 		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
 	}
+	if opts.KataRuntimeHandler, err = r.kataRuntimeHandler(ctx, &p); err != nil {
+		return ctrl.Result{}, fmt.Errorf("policy %s: %w", p.Name, err)
+	}
 	var errs []*operandError
 	for _, name := range operands.Names() {
 		if err := r.reconcileOperand(ctx, &p, name, opts); err != nil {
@@ -245,6 +248,28 @@ const KataRuntimeClassCondition = "KataRuntimeClass"
 
 // DefaultKataRuntimeClass is the RuntimeClass of Kata GPU pods.
 const DefaultKataRuntimeClass = "kata-qemu-nvidia-gpu"
+
+// kataRuntimeHandler is the handler of the RuntimeClass of Kata GPU pods in
+// Kata mode, "" when it does not exist (or in another mode): the NRI
+// plugin leaves that handler's pods alone.
+func (r *PolicyReconciler) kataRuntimeHandler(ctx context.Context, p *v1alpha1.SandboxGPUPolicy) (string, error) {
+	sw := p.Spec.SandboxWorkloads
+	if !sw.Enabled || sw.Mode != v1alpha1.ModeKata {
+		return "", nil
+	}
+	name := p.Spec.Kata.RuntimeClassName
+	if name == "" {
+		name = DefaultKataRuntimeClass
+	}
+	var rc nodev1.RuntimeClass
+	if err := r.Get(ctx, types.NamespacedName{Name: name}, &rc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("RuntimeClass %s: %w", name, err)
+	}
+	return rc.Handler, nil
+}
 
 // checkIntegrations checks what the mode depends on (Kata's RuntimeClass)
 // and returns the problems found.

@@ -125,8 +125,14 @@ func TestKataModeReportsMissingRuntimeClass(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, degraded.Status)
 	assert.Contains(t, degraded.Message, "kata-qemu-nvidia-gpu")
 
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-qemu-nvidia-gpu"}, Handler: "kata-qemu-nvidia-gpu"}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-qemu-nvidia-gpu"}, Handler: "sandboxed-gpu"}
 	require.NoError(t, c.Create(context.Background(), rc))
 	t.Cleanup(func() { _ = c.Delete(context.Background(), rc) })
 	testutil.Eventually(t, wait, "RuntimeClass found", func() bool { cond := get(); return cond != nil && cond.Status == "True" })
+	// The NRI plugin is told the RuntimeClass's handler (not its name, not a
+	// kata* pattern) to leave Kata's pods alone.
+	testutil.Eventually(t, wait, "the NRI plugin gets the handler", func() bool {
+		ds, ok := daemonSets(t, c)[names.NRIPlugin]
+		return ok && slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--kata-runtime-handler=sandboxed-gpu")
+	})
 }

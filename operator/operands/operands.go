@@ -43,6 +43,10 @@ type Options struct {
 	// (ubuntu22.04: Node Feature Discovery's os_release ID and VERSION_ID),
 	// appended to a bare vGPU host driver version; "" when unknown.
 	OSTag string
+	// KataRuntimeHandler is the handler of the RuntimeClass of Kata GPU
+	// pods (spec.kata.runtimeClassName) when it exists; the NRI plugin
+	// leaves that handler's pods alone ("": its default kata* pattern).
+	KataRuntimeHandler string
 }
 
 type builder struct {
@@ -100,10 +104,11 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
 			devicePlugin(ds, o)
-			// Its specs go to /etc/cdi, which the runtime reads before
-			// /var/run/cdi (later folders win): whatever it writes cannot
-			// shadow an nvidia.com/gpu spec in /var/run/cdi. It mounts no
-			// other CDI folder.
+			// Its specs go to a folder of its own (KataCDIDir), never one
+			// where NVIDIA's spec is (nvidia-ctk writes /etc/cdi,
+			// nvidia-cdi-refresh /var/run/cdi): containerd reads it when
+			// listed first in cdi_spec_dirs (README). It mounts no other
+			// CDI folder.
 			c := &ds.Spec.Template.Spec.Containers[0]
 			c.Args = append(c.Args, "--cdi-dir="+KataCDIDir)
 			mount(ds, "cdi", KataCDIDir, false)
@@ -117,6 +122,17 @@ var builders = map[string]builder{
 				hooks = v1alpha1.CDIHooksNVIDIA
 			}
 			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
+			if o.HostRoot != "" {
+				// Tests: the GPU specs' host paths name the simulated
+				// node's device nodes (the CDI policy checks them there;
+				// the plugin opens none, so nothing is mounted).
+				c.Args = append(c.Args, "--dev-root="+path.Join(o.HostRoot, "dev"))
+			}
+			if o.KataRuntimeHandler != "" {
+				// Kata's pods, decided by the handler of the policy's
+				// RuntimeClass, not by a name pattern.
+				c.Args = append(c.Args, "--kata-runtime-handler="+o.KataRuntimeHandler)
+			}
 			if o.Namespace != "" {
 				// The device plugin's pods ask for every GPU by
 				// annotation (DevicePluginGPURequest): only there.
@@ -199,8 +215,10 @@ func Enabled(operand string, p *v1alpha1.SandboxGPUPolicySpec) bool {
 }
 
 // KataCDIDir is where the Kata device plugin's DaemonSet has it write its
-// CDI specs (the binary's default, /var/run/cdi, outranks it).
-const KataCDIDir = "/etc/cdi"
+// CDI specs: a folder only it writes, which containerd must list first
+// (lowest priority) in its cdi_spec_dirs, so that nothing there can shadow
+// a device of /etc/cdi or /var/run/cdi, where NVIDIA's spec is.
+const KataCDIDir = "/var/lib/sandbox-gpu/kata-cdi"
 
 // DaemonSetName is the name of an operand's DaemonSet.
 func DaemonSetName(operand string) string { return "sandbox-gpu-" + operand }

@@ -2,6 +2,7 @@ package operands
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 
@@ -136,15 +137,15 @@ func TestEveryOperandHasItsOwnServiceAccount(t *testing.T) {
 	assert.Len(t, ServiceAccounts(), len(Names()))
 }
 
-// The Kata device plugin writes its CDI specs to /etc/cdi and mounts no
-// other CDI folder: /var/run/cdi outranks /etc/cdi (a later folder wins
-// for the same device name), so nothing it writes can shadow an
-// nvidia.com/gpu spec there. The binary's own default stays /var/run/cdi.
-func TestKataPluginWritesOnlyEtcCDI(t *testing.T) {
+// The Kata device plugin writes its CDI specs to a folder of its own and
+// mounts no other CDI folder: never /etc/cdi or /var/run/cdi, where
+// NVIDIA's spec is (nvidia-ctk cdi generate, nvidia-cdi-refresh). The
+// binary's own default stays /var/run/cdi.
+func TestKataPluginWritesOnlyItsOwnCDIFolder(t *testing.T) {
 	ds, err := Build(names.KataDevicePlugin, &v1alpha1.SandboxGPUPolicySpec{}, opts)
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
-	assert.Contains(t, c.Args, "--cdi-dir=/etc/cdi")
+	assert.Contains(t, c.Args, "--cdi-dir=/var/lib/sandbox-gpu/kata-cdi")
 	var cdiMounts []string
 	for _, m := range c.VolumeMounts {
 		if strings.Contains(m.MountPath, "cdi") {
@@ -152,10 +153,12 @@ func TestKataPluginWritesOnlyEtcCDI(t *testing.T) {
 			assert.False(t, m.ReadOnly, "it writes its specs there")
 		}
 	}
-	assert.Equal(t, []string{"/etc/cdi"}, cdiMounts)
+	assert.Equal(t, []string{KataCDIDir}, cdiMounts)
 	for _, v := range ds.Spec.Template.Spec.Volumes {
 		if v.HostPath != nil {
 			assert.NotContains(t, v.HostPath.Path, "/run/cdi", "no host /var/run/cdi (or /run/cdi) volume")
+			assert.NotEqual(t, "/etc/cdi", path.Clean(v.HostPath.Path), "no host /etc/cdi volume")
+			assert.NotEqual(t, "/etc", path.Clean(v.HostPath.Path))
 		}
 	}
 	// The NRI plugin still reads both folders, read-only.
@@ -170,6 +173,21 @@ func TestKataPluginWritesOnlyEtcCDI(t *testing.T) {
 
 // spec.nriPlugin.cdiHooks reaches the NRI plugin as --cdi-hooks, nvidia
 // when unset (the CRD's default too).
+// The NRI plugin is told the handler of Kata's RuntimeClass when the
+// operator found it, and keeps its default pattern otherwise.
+func TestNRIKataRuntimeHandler(t *testing.T) {
+	o := opts
+	o.KataRuntimeHandler = "kata-nvidia"
+	ds, err := Build(names.NRIPlugin, &v1alpha1.SandboxGPUPolicySpec{}, o)
+	require.NoError(t, err)
+	assert.Contains(t, ds.Spec.Template.Spec.Containers[0].Args, "--kata-runtime-handler=kata-nvidia")
+	ds, err = Build(names.NRIPlugin, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+	require.NoError(t, err)
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		assert.NotContains(t, a, "--kata-runtime-handler")
+	}
+}
+
 func TestNRICDIHooksKnob(t *testing.T) {
 	for hooks, want := range map[string]string{"": "nvidia", "nvidia": "nvidia", "none": "none", "any": "any"} {
 		p := &v1alpha1.SandboxGPUPolicySpec{}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
+	"github.com/sandbox-gpu/sandbox-gpu/test/internal/simnode"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -20,47 +21,50 @@ import (
 // the NRI plugin maps allocations to.
 const gpuResource = "nvidia.com/gpu"
 
-// standInGPU is one GPU of the stand-in CDI spec: a character device made with the numbers of a
-// harmless host device, which every container's device cgroup allows.
+// standInGPU is one GPU of the stand-in CDI spec: a character device with the numbers of an NVIDIA
+// GPU (major 195), which the NRI plugin's CDI policy allows at /dev/nvidia*; nothing opens it.
 type standInGPU struct {
 	id      string // the device plugin's ID and the CDI device name (the index strategy)
 	path    string // in the container: /dev/nvidia<id>
+	minor   uint32
 	numbers string // major:minor in hex, as busybox stat's %t:%T prints them
 }
 
-// standInGPUs are the stand-in GPUs; nvidiactl (/dev/random's numbers) is the spec's common node.
+// standInGPUs are the stand-in GPUs; nvidiactl (195:255) is the spec's common node.
 var standInGPUs = []standInGPU{
-	{id: "0", path: "/dev/nvidia0", numbers: "1:3"}, // /dev/null
-	{id: "1", path: "/dev/nvidia1", numbers: "1:5"}, // /dev/zero
+	{id: "0", path: "/dev/nvidia0", minor: 0, numbers: "c3:0"},
+	{id: "1", path: "/dev/nvidia1", minor: 1, numbers: "c3:1"},
 }
 
-const ctlNumbers = "1:8" // /dev/random
+const (
+	nvidiaMajor = 195
+	ctlMinor    = 255
+	ctlNumbers  = "c3:ff"
+)
 
-// writeGPUSpec makes the stand-in device nodes in the cluster's work folder and writes a GPU CDI
+// writeGPUSpec makes the stand-in device nodes in the simulated node's dev folder (the NRI
+// plugin's --dev-root there, where its CDI policy checks a node's host path) and writes a GPU CDI
 // spec of kind nvidia.com/gpu into the node's /etc/cdi (where containerd and the NRI plugin read
 // specs): devices "0" and "1", /dev/nvidia<i> each, /dev/nvidiactl in the common edits. Each node
 // carries its type and numbers, as `nri-gpu-plugin generate-cdi` writes them: the NRI plugin
 // resolves the spec in its own container, which does not have the node's /dev, and the CDI library
 // stats the host path of a node given without them. Both go at the end of the test.
-func writeGPUSpec(t *testing.T, c *cluster.Cluster) {
+func writeGPUSpec(t *testing.T, c *cluster.Cluster, n *simnode.Node) {
 	t.Helper()
-	dir := filepath.Join(c.Dir(), "gpu-standins")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	mk := func(path, like string) *cdispec.DeviceNode {
-		var st syscall.Stat_t
-		require.NoError(t, syscall.Stat(like, &st), "stat %s", like)
-		p := filepath.Join(dir, filepath.Base(path))
-		require.NoError(t, syscall.Mknod(p, syscall.S_IFCHR|0o666, int(st.Rdev)), "mknod %s", p)
-		return &cdispec.DeviceNode{Path: path, HostPath: p, Type: "c",
-			Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev))}
+	dir := filepath.Join(n.Root(), "dev")
+	var made []string
+	mk := func(path string, minor uint32) *cdispec.DeviceNode {
+		p := filepath.Join(dir, "nvidia-standin-"+filepath.Base(path)) // a /dev/nvidia* name under the dev root
+		require.NoError(t, syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unix.Mkdev(nvidiaMajor, minor))), "mknod %s", p)
+		made = append(made, p)
+		return &cdispec.DeviceNode{Path: path, HostPath: p, Type: "c", Major: nvidiaMajor, Minor: int64(minor)}
 	}
 	spec := cdispec.Spec{Kind: gpuResource, ContainerEdits: cdispec.ContainerEdits{
-		DeviceNodes: []*cdispec.DeviceNode{mk("/dev/nvidiactl", "/dev/random")},
+		DeviceNodes: []*cdispec.DeviceNode{mk("/dev/nvidiactl", ctlMinor)},
 	}}
-	for i, like := range []string{"/dev/null", "/dev/zero"} {
-		g := standInGPUs[i]
+	for _, g := range standInGPUs {
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: g.id, ContainerEdits: cdispec.ContainerEdits{
-			DeviceNodes: []*cdispec.DeviceNode{mk(g.path, like)},
+			DeviceNodes: []*cdispec.DeviceNode{mk(g.path, g.minor)},
 		}})
 	}
 	v, err := cdispec.MinimumRequiredVersion(&spec)
@@ -72,7 +76,9 @@ func writeGPUSpec(t *testing.T, c *cluster.Cluster) {
 	require.NoError(t, os.WriteFile(file, data, 0o644))
 	t.Cleanup(func() {
 		_ = os.Remove(file)
-		_ = os.RemoveAll(dir)
+		for _, p := range made {
+			_ = os.Remove(p)
+		}
 	})
 }
 

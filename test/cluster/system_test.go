@@ -74,7 +74,7 @@ func TestSandboxGPU(t *testing.T) {
 		require.NoError(t, waitNodeLabel(ctx, c, names.GPUPresentLabel, "true", stepWithin), "the discovery agent found the A10")
 		require.NoError(t, waitNodeLabel(ctx, c, names.GPUCountLabel, "2", stepWithin))
 	})
-	step("container", func(t *testing.T) { containerNode(ctx, t, c) })
+	step("container", func(t *testing.T) { containerNode(ctx, t, c, n) })
 	step("vm-passthrough", func(t *testing.T) { vmPassthrough(ctx, t, c, n) })
 	step("mixed", func(t *testing.T) { mixedNode(ctx, t, c, n) })
 	step("back to container", func(t *testing.T) { backToContainer(ctx, t, c, n) })
@@ -112,11 +112,11 @@ func chartValues(n *simnode.Node, mode string) map[string]any {
 // a pod's container exactly the GPU the kubelet allocated it from a stand-in nvidia.com/gpu device
 // plugin (as CDI devices of a stand-in GPU spec), and its sidecar, which asks for all GPUs by
 // NVIDIA's env variable, none.
-func containerNode(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+func containerNode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.Node) {
 	_, err := waitOperandReady(ctx, c, names.NRIPlugin, operandWithin)
 	require.NoError(t, err)
 	require.NoError(t, waitNodeStateReady(ctx, c, "container", stepWithin))
-	writeGPUSpec(t, c)
+	writeGPUSpec(t, c, n)
 	plugin := startGPUPlugin(t, c)
 	require.NoError(t, waitAllocatable(ctx, c, gpuResource, int64(len(standInGPUs)), stepWithin))
 
@@ -227,9 +227,14 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 	require.NoError(t, waitDrivers(ctx, n, stepWithin, map[string]string{gpuAddress: "vfio-pci", vmGPUAddress: "vfio-pci"}),
 		"the A10s on vfio-pci again")
 	require.NoError(t, waitAllocatable(ctx, c, pgpuResource, 2, stepWithin))
-	specs, err := filepath.Glob(filepath.Join(c.HostPath("/etc/cdi"), "sandbox-gpu-kata-*")) // the DaemonSet's --cdi-dir
+	specs, err := filepath.Glob(filepath.Join(c.HostPath(cluster.KataCDIDir), "sandbox-gpu-kata-*")) // the DaemonSet's --cdi-dir
 	require.NoError(t, err)
-	require.Len(t, specs, 1, "the Kata plugin's CDI spec in the node's /etc/cdi (never /var/run/cdi, which would outrank an nvidia.com/gpu spec)")
+	require.Len(t, specs, 1, "the Kata plugin's CDI spec in its own folder (never /etc/cdi or /var/run/cdi, where NVIDIA's spec is)")
+	for _, dir := range []string{"/etc/cdi", "/var/run/cdi"} {
+		other, err := filepath.Glob(filepath.Join(c.HostPath(dir), "sandbox-gpu-kata-*"))
+		require.NoError(t, err)
+		assert.Empty(t, other, "nothing of the Kata plugin in %s", dir)
+	}
 	data, err := os.ReadFile(specs[0])
 	require.NoError(t, err)
 	t.Logf("%s:\n%s", specs[0], indent(string(data)))

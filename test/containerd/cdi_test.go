@@ -14,9 +14,11 @@ import (
 
 const (
 	cdiKind = "nvidia.com/gpu" // the CDI kind, and the resource name the kubelet allocates
-	// commonEnv is set by the spec's common containerEdits: injected with any of its devices.
-	commonEnv = "SANDBOX_GPU_STANDIN_CDI"
-	ctlPath   = "/dev/nvidiactl"
+	// commonEnv is set by the spec's common containerEdits: injected with any of its devices. It is
+	// one of the variables NVIDIA's generator writes, which the plugin's CDI policy allows.
+	commonEnv      = "NVIDIA_CTK_LIBCUDA_DIR"
+	commonEnvValue = "/usr/lib/sandbox-gpu-standin"
+	ctlPath        = "/dev/nvidiactl"
 )
 
 // standIn is one stand-in GPU: a character device made with the numbers of a harmless host device.
@@ -79,7 +81,7 @@ func writeCDISpec(t *testing.T, d *daemon) gpuSpec {
 	spec := cdispec.Spec{
 		Kind: cdiKind,
 		ContainerEdits: cdispec.ContainerEdits{
-			Env:         []string{commonEnv + "=1"},
+			Env:         []string{commonEnv + "=" + commonEnvValue},
 			DeviceNodes: []*cdispec.DeviceNode{{Path: ctlPath, HostPath: s.ctlHost}},
 		},
 	}

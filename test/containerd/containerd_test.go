@@ -55,7 +55,10 @@ func (d *daemon) path(elem ...string) string {
 func (d *daemon) socket() string    { return d.path("c.sock") }
 func (d *daemon) nriSocket() string { return d.path("nri.sock") }
 func (d *daemon) cdiDir() string    { return d.path("cdi") }
-func (d *daemon) runcRoot() string  { return d.path("runc") }
+
+// kataCDIDir is the Kata plugin's own CDI folder, listed first in cdi_spec_dirs (README).
+func (d *daemon) kataCDIDir() string { return d.path("kata-cdi") }
+func (d *daemon) runcRoot() string   { return d.path("runc") }
 
 // startDaemon starts containerd, imports the busybox image and waits until CRI answers; everything
 // it made is removed after the test, and containerd's log is shown when the test failed.
@@ -63,7 +66,7 @@ func startDaemon(t *testing.T, env hostEnv) *daemon {
 	t.Helper()
 	d := &daemon{env: env, dir: shortDir(t, "ctrd")}
 	t.Cleanup(func() { d.cleanup(t) })
-	for _, sub := range []string{"cdi", "dev", "logs", "opt", "cni", "nri-plugins", "nri-conf", "s"} {
+	for _, sub := range []string{"cdi", "kata-cdi", "dev", "logs", "opt", "cni", "nri-plugins", "nri-conf", "s"} {
 		require.NoError(t, os.MkdirAll(d.path(sub), 0o755))
 	}
 	d.snapshotter = containerdconf.ProbeSnapshotter(d.path("overlay-probe"))
@@ -78,7 +81,7 @@ func startDaemon(t *testing.T, env hostEnv) *daemon {
 }
 
 // config is containerd's configuration: everything under the daemon's folder, NRI on, the CDI
-// folder of the test, runc and a Kata-named runc runtime, the local busybox as the sandbox image.
+// folders of the test (the Kata plugin's first, NVIDIA's spec's second), runc and a Kata-named runc runtime, the local busybox as the sandbox image.
 func (d *daemon) config() string {
 	return containerdconf.Config{
 		Dir:          d.dir,
@@ -86,7 +89,7 @@ func (d *daemon) config() string {
 		NRISocket:    d.nriSocket(),
 		Snapshotter:  d.snapshotter,
 		SandboxImage: imageName,
-		CDISpecDirs:  []string{d.cdiDir()},
+		CDISpecDirs:  []string{d.kataCDIDir(), d.cdiDir()},
 		CNIBinDir:    d.path("cni"),
 		CNIConfDir:   d.path("cni"),
 		Runc:         runcPath,

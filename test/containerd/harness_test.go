@@ -36,7 +36,7 @@ func TestHarness(t *testing.T) {
 		id, err := d.startContainer(t, p, ctrOpts{cdiDevices: []string{cdiKind + "=0", cdiKind + "=" + gpu2.uuid}})
 		require.NoError(t, err)
 		assert.Equal(t, spec.want(gpu0, gpu2), gpuNodes(d.charDevices(t, id)))
-		assert.Equal(t, "1", d.environ(t, id)[commonEnv], "the spec's common env edit")
+		assert.Equal(t, commonEnvValue, d.environ(t, id)[commonEnv], "the spec's common env edit")
 	})
 
 	t.Run("cdi-container-annotation", func(t *testing.T) {

@@ -44,7 +44,7 @@ func TestPlugin(t *testing.T) {
 		assert.Equal(t, spec.want(gpu0, gpu2), gpuNodes(d.charDevices(t, cuda)),
 			"allocation {%s: [0 2]}: /dev/nvidia0, /dev/nvidia2 and the common /dev/nvidiactl, not /dev/nvidia1", cdiKind)
 		e := d.environ(t, cuda)
-		assert.Equal(t, "1", e[commonEnv], "the CDI spec's common env edit")
+		assert.Equal(t, commonEnvValue, e[commonEnv], "the CDI spec's common env edit")
 		t.Logf("report: env of the allocated container: NVIDIA_VISIBLE_DEVICES=%q", e["NVIDIA_VISIBLE_DEVICES"])
 		sidecar, err := d.startContainer(t, pd, ctrOpts{name: "sidecar"})
 		require.NoError(t, err)
@@ -169,11 +169,13 @@ func TestPlugin(t *testing.T) {
 		pd := d.runPod(t, podOpts{namespace: ns, name: "planted"})
 		_, err := d.startContainer(t, pd, ctrOpts{name: "cuda"})
 		require.Error(t, err, "a container whose GPU spec brings a foreign hook must not run")
-		assert.Contains(t, err.Error(), "hook policy does not allow")
-		assert.Contains(t, err.Error(), hook)
+		assert.Contains(t, err.Error(), "a GPU CDI spec brings what the CDI policy does not allow")
+		assert.Contains(t, err.Error(), filepath.Join(d.cdiDir(), "planted.json")+`: devices["planted"].containerEdits.hooks[0]: hook `+hook)
 		_, statErr := os.Stat(marker)
 		assert.ErrorIs(t, statErr, os.ErrNotExist, "the planted hook never ran")
 	})
+
+	t.Run("hostile-specs", func(t *testing.T) { testHostileSpecs(t, d, kl, ns, gpu2) })
 
 	t.Run("containerd-restart", func(t *testing.T) {
 		kl.Allocate(ns, "before", "cuda", cdiKind, "1")

@@ -90,9 +90,11 @@ func pluginBinary(t *testing.T) string {
 
 // pluginArgs is the plugin's command line contract: containerd's NRI socket, the kubelet's
 // PodResources socket, the CDI folder (the same containerd resolves CDI devices from), the resource
-// the kubelet allocates, the CDI kind its device IDs are names of, and the NRI plugin index.
+// the kubelet allocates, the CDI kind its device IDs are names of, the NRI plugin index, and the
+// dev root under which the CDI spec's stand-in nodes lie (the CDI policy checks host paths there).
 func pluginArgs(d *daemon, k *podresourcestest.Kubelet) []string {
 	return []string{
+		"--dev-root", d.path("dev"),
 		"--nri-socket", d.nriSocket(),
 		"--pod-resources-socket", k.Socket(),
 		"--cdi-dir", d.cdiDir(),

@@ -197,9 +197,11 @@ type NRIPluginSpec struct {
 	OperandSpec `json:",inline"`
 	// CDIHooks are the OCI hooks a GPU CDI spec may bring into a
 	// container: nvidia (only NVIDIA's toolkit hooks at their installed
-	// paths), none (specs without hooks, as generate-cdi writes them), or
-	// any (trust every CDI writer on the node). A container whose GPU spec
-	// brings another hook is refused.
+	// paths, with NVIDIA's hook names, argument shapes and no env but
+	// NVIDIA_CTK_DEBUG), none (specs without hooks, as generate-cdi writes
+	// them), or any (trust every CDI writer's hooks). A container whose GPU
+	// spec brings another hook is refused; the spec's mounts, device nodes
+	// and env are checked whatever this says.
 	// +kubebuilder:validation:Enum=nvidia;none;any
 	// +kubebuilder:default=nvidia
 	// +optional

@@ -218,6 +218,10 @@ func (c *Cluster) ContainerdSocket() string { return c.path("run", "containerd.s
 // default of NRI plugins), here on the host.
 func (c *Cluster) NRISocket() string { return c.HostPath("/var/run/nri/nri.sock") }
 
+// KataCDIDir is the Kata device plugin's own CDI folder on a node (operands.KataCDIDir), which
+// containerd lists first in its cdi_spec_dirs.
+const KataCDIDir = "/var/lib/sandbox-gpu/kata-cdi"
+
 // CDIDir is the node's /var/run/cdi, one of the two folders (with /etc/cdi) where containerd
 // reads CDI specs, here on the host.
 func (c *Cluster) CDIDir() string { return c.HostPath("/var/run/cdi") }

@@ -166,12 +166,13 @@ func (c *Cluster) SandboxHandlers(ctx context.Context, namespace, pod string) ([
 // folder, and opts.ContainerdConfig appended.
 func (c *Cluster) containerdConfig() string {
 	return containerdconf.Config{
-		Dir:                c.path("containerd"),
-		Address:            c.ContainerdSocket(),
-		NRISocket:          c.NRISocket(),
-		Snapshotter:        c.snapshotter,
-		SandboxImage:       BusyboxImage,
-		CDISpecDirs:        []string{c.HostPath("/etc/cdi"), c.CDIDir()},
+		Dir:          c.path("containerd"),
+		Address:      c.ContainerdSocket(),
+		NRISocket:    c.NRISocket(),
+		Snapshotter:  c.snapshotter,
+		SandboxImage: BusyboxImage,
+		// The Kata plugin's own folder first (lowest priority), as the README asks of a node.
+		CDISpecDirs:        []string{c.HostPath(KataCDIDir), c.HostPath("/etc/cdi"), c.CDIDir()},
 		CNIBinDir:          cniDir,
 		CNIConfDir:         c.path("cni", "net.d"),
 		Runc:               runcPath,
