@@ -101,7 +101,8 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch", "update", "delete"}}}}
 	bind := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "admission-test-wide"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: wide.Name}}
-	for _, op := range []string{names.Validator, names.VGPUDeviceManager, names.VFIOManager, names.GPUDiscovery} {
+	for _, op := range []string{names.Validator, names.VGPUDeviceManager, names.VFIOManager, names.GPUDiscovery,
+		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager), names.KubeVirtDevicePlugin} {
 		bind.Subjects = append(bind.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: operands.ServiceAccountName(op), Namespace: operandNS})
 	}
 	require.NoError(t, c.Create(ctx, wide))
@@ -111,7 +112,7 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 	validator := daemonClient(t, names.Validator, "adm-a")
 	meta := func(m map[string]any) map[string]any { return map[string]any{"metadata": m} }
 	waitOwnNodeOnly(t, "the admission policy and the test's RBAC are in force", func() error {
-		return mergePatchNode(t, validator, "adm-b", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "x"}}))
+		return mergePatchNode(t, validator, "adm-b", meta(map[string]any{"annotations": map[string]any{names.PermittedAnnotation: "{}"}}))
 	})
 
 	const (
@@ -123,10 +124,18 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		ownNode    = "may change only their own Node"
 		vmGPUs     = "sandbox-gpu node daemons may not change a Node's sandbox-gpu.io/vm-gpus"
 		vmReport   = "only the sandbox-gpu VFIO manager may change a Node's sandbox-gpu.io/vm-gpus-report"
+		labels     = "sandbox-gpu node daemons may change only their own labels: "
+		notes      = "sandbox-gpu node daemons may change only their own annotations: "
+		gpuPresent = "the sandbox-gpu GPU discovery agent may not remove sandbox-gpu.io/gpu.present while the Node carries sandbox-gpu.io/deploy.*"
+		tooLong    = "sandbox-gpu node daemons may write annotations of at most 32768 characters; " + names.PermittedAnnotation + " is longer"
 	)
+	vfioRelease, vgpuRelease := names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)
+	annotate := func(k string, v any) map[string]any { return meta(map[string]any{"annotations": map[string]any{k: v}}) }
+	label := func(k string, v any) map[string]any { return meta(map[string]any{"labels": map[string]any{k: v}}) }
 	// The admin's split and an earlier report, as on a mixed node.
 	require.NoError(t, c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "adm-a"}}, client.RawPatch(types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+names.VMGPUsAnnotation+`":"4","`+names.VMGPUsReportAnnotation+`":"{}"}}}`))))
+		[]byte(`{"metadata":{"annotations":{"`+names.VMGPUsAnnotation+`":"4","`+names.VMGPUsReportAnnotation+`":"{}"},`+
+			`"labels":{"`+names.GPUPresentLabel+`":"true","`+names.DeployLabel(names.VFIOManager)+`":"true"}}}`))))
 	// The API server adds its own taints to a new Node (not-ready): the
 	// same taints are what the Node has now.
 	before := getNode(t, c, "adm-a")
@@ -168,12 +177,34 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 		{"the VFIO manager reports the split", names.VFIOManager, "adm-a", meta(map[string]any{"annotations": map[string]any{names.VMGPUsReportAnnotation: `{"declared":"4","ready":true}`}}), ""},
 		{"another Node's owners", names.Validator, "adm-b", meta(map[string]any{"ownerReferences": nil}), ownNode},
 		// What the daemons do still passes on such a Node.
-		{"a sandbox-gpu.io label", names.Validator, "adm-a", meta(map[string]any{"labels": map[string]any{"sandbox-gpu.io/probe": "y"}}), ""},
+		// Each daemon its own keys: another daemon's are refused, naming them.
+		{"a sandbox-gpu.io label", names.Validator, "adm-a", label("sandbox-gpu.io/probe", "y"), labels + "sandbox-gpu-validator may change none, not sandbox-gpu.io/probe"},
+		{"the validator removes gpu.present", names.Validator, "adm-a", label(names.GPUPresentLabel, nil), labels + "sandbox-gpu-validator may change none, not " + names.GPUPresentLabel},
+		{"the VFIO manager removes gpu.present", names.VFIOManager, "adm-a", label(names.GPUPresentLabel, nil), labels + "sandbox-gpu-vfio-manager may change none"},
+		{"the validator sets the vGPU state", names.Validator, "adm-a", label(names.VGPUConfigStateLabel, "success"), labels + "sandbox-gpu-validator may change none"},
+		{"the validator writes a release report", names.Validator, "adm-a", annotate(names.ReleaseReportAnnotation(names.VFIOManager), `{"done":true}`),
+			notes + "sandbox-gpu-validator may change only " + names.PermittedAnnotation + ", not " + names.ReleaseReportAnnotation(names.VFIOManager)},
+		{"the VFIO manager's release writes the vGPU release's report", vfioRelease, "adm-a", annotate(names.ReleaseReportAnnotation(names.VGPUDeviceManager), `{"done":true}`),
+			notes + "sandbox-gpu-vfio-manager-release may change only " + names.ReleaseReportAnnotation(names.VFIOManager)},
+		{"the vGPU release writes the VFIO release's report", vgpuRelease, "adm-a", annotate(names.ReleaseReportAnnotation(names.VFIOManager), `{}`), notes},
+		{"the VFIO manager writes the permitted devices", names.VFIOManager, "adm-a", annotate(names.PermittedAnnotation, "{}"), notes},
+		{"the discovery agent writes the permitted devices", names.GPUDiscovery, "adm-a", annotate(names.PermittedAnnotation, "{}"), notes + "sandbox-gpu-discovery may change none"},
+		{"the vGPU device manager writes the VFIO manager's report", names.VGPUDeviceManager, "adm-a", annotate(names.VMGPUsReportAnnotation, "{}"), vmReport},
+		{"a plugin's account writes anything", names.KubeVirtDevicePlugin, "adm-a", annotate(names.PermittedAnnotation, "{}"), notes + "sandbox-gpu-kubevirt-device-plugin may change none"},
+		{"a deploy label", names.VGPUDeviceManager, "adm-a", label(names.DeployLabel(names.VFIOManager), nil), labels},
+		{"a foreign annotation", names.Validator, "adm-a", annotate("example.com/x", "y"), notes},
+		{"the discovery agent removes gpu.present under deploy labels", names.GPUDiscovery, "adm-a", label(names.GPUPresentLabel, nil), gpuPresent},
+		{"an annotation over 32 KiB", names.Validator, "adm-a", annotate(names.PermittedAnnotation, strings.Repeat("x", 32769)), tooLong},
+		// What each daemon writes passes.
+		{"the permitted devices at 32 KiB", names.Validator, "adm-a", annotate(names.PermittedAnnotation, strings.Repeat("x", 32768)), ""},
+		{"the VFIO manager's release report", vfioRelease, "adm-a", annotate(names.ReleaseReportAnnotation(names.VFIOManager), `{"done":true}`), ""},
+		{"the vGPU release's report", vgpuRelease, "adm-a", annotate(names.ReleaseReportAnnotation(names.VGPUDeviceManager), `{"done":true}`), ""},
+		{"the discovery agent counts again under deploy labels", names.GPUDiscovery, "adm-a", label(names.GPUCountLabel, "3"), ""},
 		{"the permitted-devices annotation", names.Validator, "adm-a", meta(map[string]any{"annotations": map[string]any{names.PermittedAnnotation: "{}"}}), ""},
 		{"the vGPU state", names.VGPUDeviceManager, "adm-a", meta(map[string]any{"labels": map[string]any{names.VGPUConfigStateLabel: "success"}}), ""},
 		{"the discovery labels", names.GPUDiscovery, "adm-a", meta(map[string]any{"labels": map[string]any{names.GPUPresentLabel: "true"}}), ""},
 		{"the same owners, finalizers and taints", names.Validator, "adm-a", map[string]any{
-			"metadata": map[string]any{"finalizers": []any{"example.com/keep"}, "labels": map[string]any{"sandbox-gpu.io/probe": "z"}},
+			"metadata": map[string]any{"finalizers": []any{"example.com/keep"}, "annotations": map[string]any{names.PermittedAnnotation: "z"}},
 			"spec":     map[string]any{"taints": sameTaints}}, ""},
 	} {
 		own := "adm-a"
@@ -202,7 +233,9 @@ func TestAdmissionGuardsOwnNodeMetadata(t *testing.T) {
 	assert.Equal(t, before.Spec.Taints, n.Spec.Taints)
 	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule})
 	assert.False(t, n.Spec.Unschedulable)
-	assert.Equal(t, "z", n.Labels["sandbox-gpu.io/probe"], "the allowed writes landed")
+	assert.Equal(t, "z", n.Annotations[names.PermittedAnnotation], "the allowed writes landed")
+	assert.Equal(t, "true", n.Labels[names.GPUPresentLabel], "gpu.present stays while the Node runs operands")
+	assert.Equal(t, `{"done":true}`, n.Annotations[names.ReleaseReportAnnotation(names.VFIOManager)], "the release's report landed")
 	assert.Equal(t, "4", n.Annotations[names.VMGPUsAnnotation], "the admin's split stays")
 	assert.Equal(t, `{"declared":"4","ready":true}`, n.Annotations[names.VMGPUsReportAnnotation], "the VFIO manager's report landed")
 }

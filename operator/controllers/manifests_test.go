@@ -113,12 +113,17 @@ func TestNodeDaemonMayChangeOnlyItsOwnNode(t *testing.T) {
 	newNode(t, c, "vap-a", nil)
 	newNode(t, c, "vap-b", nil)
 	daemon := daemonClient(t, names.Validator, "vap-a")
-	label := func(name string) error {
-		return patchNode(daemon, name, func(n *corev1.Node) { n.Labels["sandbox-gpu.io/probe"] = "x" })
+	annotate := func(name string) error {
+		return patchNode(daemon, name, func(n *corev1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[names.PermittedAnnotation] = "{}"
+		})
 	}
 	// The policy takes effect once the API server has loaded it.
-	waitOwnNodeOnly(t, "the admission policy denies another node", func() error { return label("vap-b") })
-	require.NoError(t, label("vap-a"), "its own node is fine")
+	waitOwnNodeOnly(t, "the admission policy denies another node", func() error { return annotate("vap-b") })
+	require.NoError(t, annotate("vap-a"), "its own node is fine")
 
 	// On its own Node: the validator's annotation is fine; anything that
 	// would change scheduling or the workload is not.
@@ -175,7 +180,8 @@ func TestDiscoveryAgentMayChangeOnlyItsGPULabels(t *testing.T) {
 	}), "removing them")
 	// What the other node daemons may do too is refused by the agent's own
 	// rule; the rest already by the node daemons' rules.
-	ownRule, daemonRule := "GPU discovery agent may change only sandbox-gpu.io/gpu.* labels", "sandbox-gpu node daemons may"
+	ownRule, daemonRule := "sandbox-gpu-discovery may change only sandbox-gpu.io/gpu.*, not", "sandbox-gpu node daemons may"
+	annotationRule := "sandbox-gpu-discovery may change none, not " + names.PermittedAnnotation
 	for what, tc := range map[string]struct {
 		mutate func(n *corev1.Node)
 		want   string
@@ -186,7 +192,7 @@ func TestDiscoveryAgentMayChangeOnlyItsGPULabels(t *testing.T) {
 				n.Annotations = map[string]string{}
 			}
 			n.Annotations[names.PermittedAnnotation] = "{}"
-		}, ownRule},
+		}, annotationRule},
 		"a deploy label":           {label(names.DeployLabel(names.VFIOManager), "true"), daemonRule},
 		"the config label":         {label(names.WorkloadConfigLabel, "vm-passthrough"), daemonRule},
 		"removing a foreign label": {func(n *corev1.Node) { delete(n.Labels, "feature.node.kubernetes.io/pci-10de.present") }, daemonRule},

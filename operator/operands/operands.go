@@ -79,11 +79,11 @@ var builders = map[string]builder{
 			// A move refused because a GPU was busy (NVIDIA's device plugin
 			// still stopping, a container still ending) is tried again at
 			// the binary's --retry (10s).
-			c.Args = []string{"daemon", "--all", "--ready-dir=" + names.WriterDir(names.VFIOManager), "--health-addr=:8081", "--vm-gpus-from-node"}
+			c.Args = []string{"daemon", "--all", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=%s:%d", LoopbackHost, VFIOManagerPort), "--vm-gpus-from-node"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
-			vfioManager(ds, p, o, 8081)
+			vfioManager(ds, p, o, VFIOManagerPort)
 		}},
 	names.ReleaseOperand(names.VFIOManager): {binary: "vfio-manager", privileged: true, releases: names.VFIOManager,
 		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
@@ -332,3 +332,25 @@ func probe(c *corev1.Container, path string, port int32) {
 
 // MetricsPortName is the name of every operand's /metrics port.
 const MetricsPortName = "metrics"
+
+// Host-network operands (the VFIO manager and its release, which need the
+// host's interfaces for their in-use checks) serve /healthz, /readyz and
+// /metrics on the node's loopback only, never on every interface of the
+// host: the kubelet probes LoopbackHost (it runs in the host's network
+// namespace), and the port is named HealthPortName, so the chart's
+// PodMonitor, which scrapes the "metrics" ports, does not try the node's
+// address where nothing answers.
+const (
+	LoopbackHost   = "127.0.0.1"
+	HealthPortName = "health"
+	// VFIOManagerPort is the VFIO manager's listener (on LoopbackHost).
+	VFIOManagerPort = 8081
+)
+
+// loopbackProbe is probe for a host-network operand listening on
+// LoopbackHost:port.
+func loopbackProbe(c *corev1.Container, path string, port int32) {
+	probe(c, path, port)
+	c.ReadinessProbe.HTTPGet.Host = LoopbackHost
+	c.Ports[len(c.Ports)-1].Name = HealthPortName
+}

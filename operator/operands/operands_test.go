@@ -58,7 +58,7 @@ func TestPolicyShapesTheOperand(t *testing.T) {
 	require.NoError(t, err)
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=:8081", "--vm-gpus-from-node", "--nvswitches", "--vendor=10de",
+	assert.Equal(t, []string{"daemon", "--all", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=127.0.0.1:8081", "--vm-gpus-from-node", "--nvswitches", "--vendor=10de",
 		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "-v"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID, "in-use checks need the host's processes")
@@ -227,21 +227,41 @@ func TestVFIOManagerClassFilter(t *testing.T) {
 
 // TestMetricsPorts: every operand with a listener probes it and names its
 // port "metrics" (what the chart's PodMonitor scrapes); the flag and the
-// port agree.
+// port agree. The host-network ones (the VFIO manager and its release)
+// listen on the node's loopback only: the flag names 127.0.0.1, the
+// kubelet probes 127.0.0.1, and the port is "health", not scraped.
 func TestMetricsPorts(t *testing.T) {
 	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
 		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort,
 		names.VGPUDeviceManager: VGPUDeviceManagerPort, names.ReleaseOperand(names.VFIOManager): VFIOReleasePort,
 		names.ReleaseOperand(names.VGPUDeviceManager): VGPUReleasePort}
+	loopback := 0
 	for name, port := range want {
 		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
 		require.NoError(t, err)
 		c := ds.Spec.Template.Spec.Containers[0]
 		require.Len(t, c.Ports, 1, name)
-		assert.Equal(t, MetricsPortName, c.Ports[0].Name, name)
 		assert.Equal(t, port, c.Ports[0].ContainerPort, name)
 		assert.Equal(t, port, c.ReadinessProbe.HTTPGet.Port.IntVal, name)
+		if ds.Spec.Template.Spec.HostNetwork {
+			loopback++
+			assert.Equal(t, HealthPortName, c.Ports[0].Name, name)
+			assert.Equal(t, "127.0.0.1", c.ReadinessProbe.HTTPGet.Host, name)
+			assert.Contains(t, c.Args, fmt.Sprintf("--health-addr=127.0.0.1:%d", port), name)
+			continue
+		}
+		assert.Equal(t, MetricsPortName, c.Ports[0].Name, name)
+		assert.Empty(t, c.ReadinessProbe.HTTPGet.Host, name)
 		assert.Contains(t, c.Args, fmt.Sprintf("--health-addr=:%d", port), name)
+	}
+	assert.Equal(t, 2, loopback, "the VFIO manager and its release run in the host network")
+	// No operand outside the table runs in the host network.
+	for _, name := range Names() {
+		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)
+		require.NoError(t, err)
+		if _, listed := want[name]; !listed {
+			assert.False(t, ds.Spec.Template.Spec.HostNetwork, name)
+		}
 	}
 }
 
@@ -270,7 +290,7 @@ func TestReleaseDaemonSets(t *testing.T) {
 	c := ds.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "sandbox-gpu-vfio-manager-release", ds.Name)
 	assert.Equal(t, "registry.example/vfio-manager:dev", c.Image)
-	assert.Equal(t, []string{"daemon", "--release", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=:8087", "--vendor=10de",
+	assert.Equal(t, []string{"daemon", "--release", "--ready-dir=/run/sandbox-gpu/vfio-manager", "--health-addr=127.0.0.1:8087", "--vendor=10de",
 		"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}, c.Args)
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: "X", Value: "1"})
 	assert.True(t, ds.Spec.Template.Spec.HostPID)

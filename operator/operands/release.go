@@ -23,9 +23,10 @@ const PodResourcesSocket = PodResourcesDir + "/kubelet.sock"
 
 // vfioManager shapes what the VFIO manager and its release share: the
 // vendor, the host's open files (host PID namespace) and network
-// interfaces (host network), sysfs and /dev writable, its own run folder
-// (names.WriterDir, which only it and its release mount writable) for the
-// ready and lock files, the kernel's modules (modules.alias), and the
+// interfaces (host network; its listener on the loopback only), sysfs and
+// /dev writable, its own run folder (names.WriterDir, which only it and its
+// release mount writable) for the ready and lock files, the kernel's modules
+// (modules.alias), and the
 // kubelet's PodResources (read-only: a function allocated to a pod that
 // has not opened it yet counts as in use), its /readyz as the probe.
 func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options, port int32) {
@@ -46,7 +47,7 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 	mount(ds, "run", names.WriterDir(names.VFIOManager), false)
 	mount(ds, "modules", "/lib/modules", true)
 	mount(ds, "pod-resources", PodResourcesDir, true)
-	probe(c, "/readyz", port)
+	loopbackProbe(c, "/readyz", port)
 }
 
 // vfioRelease shapes `vfio-manager daemon --release`: every function of
@@ -54,7 +55,7 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 // publishes its report on its own Node (a token, the node name).
 func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
-	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=:%d", VFIOReleasePort)}
+	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=%s:%d", LoopbackHost, VFIOReleasePort)}
 	vfioManager(ds, p, o, VFIOReleasePort)
 }
 

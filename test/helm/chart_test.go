@@ -50,7 +50,8 @@ func TestDefaultsRenderAndDryRun(t *testing.T) {
 		// The operator's account and one per operand (operands.ServiceAccounts); ClusterRoles: the
 		// operator's, sandbox-gpu-node, sandbox-gpu-node-report and sandbox-gpu-discovery.
 		"Namespace": 1, "ServiceAccount": 1 + len(operands.ServiceAccounts()), "Deployment": 1, "ClusterRole": 4, "Role": 2, "ClusterRoleBinding": 4,
-		"RoleBinding": 2, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		// Admission: the node daemons' Node and Events policies, the operator's bounds, images and evictions.
+		"RoleBinding": 2, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
 		"SandboxGPUPolicy": 1,
 	}
 	// The uninstall hook (uninstall_test.go): its account, RBAC and Job.
@@ -148,24 +149,27 @@ func TestOperatorNamespaceOverride(t *testing.T) {
 			t.Errorf("Deployment %s args %v lack --namespace=%s", d.GetName(), containerArgs(d), otherNamespace)
 		}
 	}
+	// Every admission policy names the accounts of the operator's namespace, never the default one's.
 	vaps := byKind(objs, "ValidatingAdmissionPolicy")
-	if len(vaps) != 1 {
-		t.Fatalf("rendered %d ValidatingAdmissionPolicy objects, want 1", len(vaps))
+	if len(vaps) != 5 {
+		t.Fatalf("rendered %d ValidatingAdmissionPolicy objects, want 5", len(vaps))
 	}
-	conds, _, _ := unstructured.NestedSlice(vaps[0].Object, "spec", "matchConditions")
-	want := "system:serviceaccount:" + otherNamespace + ":sandbox-gpu-validator"
-	var matched bool
-	for _, c := range conds {
-		expr, _, _ := unstructured.NestedString(c.(map[string]interface{}), "expression")
-		if strings.Contains(expr, "'"+want+"'") {
-			matched = true
+	for _, vap := range vaps {
+		conds, _, _ := unstructured.NestedSlice(vap.Object, "spec", "matchConditions")
+		want := "system:serviceaccount:" + otherNamespace + ":sandbox-gpu-"
+		var matched bool
+		for _, c := range conds {
+			expr, _, _ := unstructured.NestedString(c.(map[string]interface{}), "expression")
+			if strings.Contains(expr, "'"+want) {
+				matched = true
+			}
+			if strings.Contains(expr, "system:serviceaccount:"+releaseNamespace+":") {
+				t.Errorf("%s: matchCondition %q still names the default namespace", vap.GetName(), expr)
+			}
 		}
-		if strings.Contains(expr, "system:serviceaccount:"+releaseNamespace+":") {
-			t.Errorf("matchCondition %q still names the default namespace", expr)
+		if !matched {
+			t.Errorf("ValidatingAdmissionPolicy %s matchConditions %v do not name %s...", vap.GetName(), conds, want)
 		}
-	}
-	if !matched {
-		t.Errorf("ValidatingAdmissionPolicy matchConditions %v do not name %s", conds, want)
 	}
 	mustDryRunAll(t, objs)
 }

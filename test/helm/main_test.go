@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -23,6 +24,8 @@ const chartDir = "../../manifests/helm/sandbox-gpu"
 var (
 	// k8sClient talks to the package's envtest kube-apiserver; nil when skipReason is set.
 	k8sClient client.Client
+	// restConfig is k8sClient's, for clients that impersonate an account.
+	restConfig *rest.Config
 	// serverVersion is the kube-apiserver's git version, for the chart's kubeVersion constraint.
 	serverVersion string
 	// skipReason, when set, makes every test skip.
@@ -49,7 +52,10 @@ func run(m *testing.M) int {
 		CRDInstallOptions: envtest.CRDInstallOptions{
 			// The Prometheus Operator's CRDs (testdata/monitoring-crds/README.md), so that the optional
 			// ServiceMonitor and PodMonitor are dry-run against their real schema.
-			Paths:              []string{filepath.Join(chartDir, "crds"), filepath.Join("testdata", "monitoring-crds")},
+			// And the operator tests' stand-in for KubeVirt's CRD, whose CR the operator's admission
+			// policy bounds.
+			Paths: []string{filepath.Join(chartDir, "crds"), filepath.Join("testdata", "monitoring-crds"),
+				filepath.Join("..", "..", "operator", "controllers", "testdata", "crds")},
 			ErrorIfPathMissing: true,
 		},
 	}
@@ -90,7 +96,7 @@ func connect(env *envtest.Environment) error {
 			return fmt.Errorf("create namespace %s: %w", ns, err)
 		}
 	}
-	k8sClient, serverVersion = c, v.GitVersion
+	k8sClient, serverVersion, restConfig = c, v.GitVersion, env.Config
 	return nil
 }
 

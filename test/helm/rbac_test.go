@@ -221,6 +221,8 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 	t.Logf("%d SubjectAccessReviews, %d identities", len(table), len(who))
+	// What RBAC grants the operator, admission bounds (admission_test.go).
+	t.Run("operator admission", operatorAdmission)
 }
 
 func (r access) String() string {
