@@ -13,6 +13,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+	"github.com/ulikunitz/xz/lzma"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,7 +205,9 @@ func decompress(r io.Reader, kind string) ([]byte, error) {
 	var dr io.Reader
 	switch kind {
 	case "xz":
-		x, err := xz.NewReader(r)
+		// The smallest dictionary to start with: the stream's own (1 MiB for the kernel's
+		// modules_install) replaces it when larger.
+		x, err := xz.ReaderConfig{DictCap: lzma.MinDictCap}.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("xz: %w", err)
 		}

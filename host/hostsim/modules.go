@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/ulikunitz/xz"
+	"github.com/ulikunitz/xz/lzma"
 )
 
 // The simulated kernel's modules live as a real distribution ships them:
@@ -23,9 +24,10 @@ import (
 
 // simModule is one module the simulated kernel knows.
 type simModule struct {
-	name   string
-	deps   []string // modules it needs (their symbols)
-	loaded bool
+	name    string
+	deps    []string // modules it needs (their symbols)
+	loaded  bool
+	written bool // its file is in the modules folder
 }
 
 // moduleMagic starts every simulated module image after the ELF magic.
@@ -73,6 +75,14 @@ func (k *Kernel) writeModules() error {
 	var dep []string
 	for _, m := range k.modules {
 		file := moduleFile(m.name)
+		line := file + ":"
+		for _, d := range m.deps {
+			line += " " + moduleFile(d)
+		}
+		dep = append(dep, line)
+		if m.written {
+			continue
+		}
 		p := filepath.Join(dir, filepath.FromSlash(file))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -80,7 +90,9 @@ func (k *Kernel) writeModules() error {
 		var img bytes.Buffer
 		fmt.Fprintf(&img, "%s%s\nneeds: %s\n", moduleMagic, m.name, strings.Join(m.deps, " "))
 		var out bytes.Buffer
-		w, err := xz.NewWriter(&out)
+		// The smallest dictionary: the images are a few bytes, and the default 8 MiB costs
+		// every fixture build dearly.
+		w, err := xz.WriterConfig{DictCap: lzma.MinDictCap}.NewWriter(&out)
 		if err != nil {
 			return err
 		}
@@ -93,11 +105,7 @@ func (k *Kernel) writeModules() error {
 		if err := os.WriteFile(p, out.Bytes(), 0o644); err != nil {
 			return err
 		}
-		line := file + ":"
-		for _, d := range m.deps {
-			line += " " + moduleFile(d)
-		}
-		dep = append(dep, line)
+		m.written = true
 	}
 	sort.Strings(dep)
 	return os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(strings.Join(dep, "\n")+"\n"), 0o644)
