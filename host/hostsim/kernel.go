@@ -52,6 +52,7 @@ type Kernel struct {
 	iommu      bool
 	writes     []Write
 	crashAfter int
+	fault      fault // FailWrites
 	latency    func(Write) time.Duration
 	violations []string
 	nextFD     map[int]int
@@ -142,6 +143,23 @@ func (k *Kernel) CrashAfter(n int) {
 	defer k.mu.Unlock()
 	k.crashAfter = n
 	k.writes = nil
+}
+
+// fault makes writes from the n-th one (counted from FailWrites) fail
+// count times with err, with no effect.
+type fault struct {
+	n, count, seen int
+	err            error
+}
+
+// FailWrites makes the n-th write from now, and the count-1 writes after
+// it, fail with err (an errno such as syscall.EIO) and no effect, as a
+// driver that fails a probe for a moment; every later write succeeds
+// again. n <= 0 disables it.
+func (k *Kernel) FailWrites(n, count int, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fault = fault{n: n, count: count, err: err}
 }
 
 // Writes returns the writes received so far.
