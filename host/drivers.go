@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -32,36 +31,20 @@ func (OSWriter) WriteFile(path string, data []byte) error {
 	return f.Close()
 }
 
-// ModuleLoader loads a kernel module by name.
-type ModuleLoader interface {
-	Load(ctx context.Context, module string) error
-}
-
-// Modprobe loads modules with the modprobe command.
-type Modprobe struct{}
-
-// Load runs modprobe for the module.
-func (Modprobe) Load(ctx context.Context, module string) error {
-	if !validName(module) {
-		return fmt.Errorf("invalid module name %q", module)
-	}
-	out, err := exec.CommandContext(ctx, "modprobe", "--", module).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("modprobe %s: %w: %s", module, err, out)
-	}
-	return nil
-}
-
 // EnsureDriver makes sure a PCI driver is registered, loading its module
-// through the ModuleLoader when one is configured.
+// from the modules folder (ModuleLoader) when the host has a ModuleKernel.
 func (h *Host) EnsureDriver(ctx context.Context, driver, module string) error {
 	if h.DriverLoaded(driver) {
 		return nil
 	}
-	if h.loader == nil {
+	if h.kernel == nil {
 		return fmt.Errorf("driver %s is not loaded (module %s)", driver, module)
 	}
-	if err := h.loader.Load(ctx, module); err != nil {
+	dir, err := h.ModulesDir()
+	if err != nil {
+		return fmt.Errorf("driver %s is not loaded: %w", driver, err)
+	}
+	if err := NewModuleLoader(dir, h.sysfs, h.kernel).Load(ctx, module); err != nil {
 		return fmt.Errorf("driver %s is not loaded: %w", driver, err)
 	}
 	if !h.DriverLoaded(driver) {

@@ -25,12 +25,18 @@ type Options struct {
 	SysfsRoot string // default /sys
 	DevRoot   string // default /dev
 	ProcRoot  string // default /proc
-	// ModulesDir holds modules.alias; default /lib/modules/<release> with
-	// the release read from <proc>/sys/kernel/osrelease.
+	// ModulesRoot holds the node's modules, a folder per kernel release
+	// (default /lib/modules, DefaultModulesRoot).
+	ModulesRoot string
+	// ModulesDir holds the running kernel's modules and their indexes
+	// (modules.alias, modules.dep); default <ModulesRoot>/<release> with the
+	// release read from <proc>/sys/kernel/osrelease.
 	ModulesDir string
 	Writer     Writer     // default OSWriter
 	Links      LinkStater // default netlink in the current network namespace
-	Loader     ModuleLoader
+	// ModuleKernel loads modules (EnsureDriver); nil: modules are never
+	// loaded, a missing driver is an error.
+	ModuleKernel ModuleKernel
 	// Claimer opens VFIO group nodes exclusively (ClaimGroup); default the
 	// OS, whose legacy VFIO group node admits one opener at a time.
 	Claimer GroupClaimer
@@ -39,9 +45,10 @@ type Options struct {
 // Host is the host model over one set of roots.
 type Host struct {
 	sysfs, dev, proc, modules string
+	modulesRoot               string
 	writer                    Writer
 	links                     LinkStater
-	loader                    ModuleLoader
+	kernel                    ModuleKernel
 	claimer                   GroupClaimer
 }
 
@@ -50,7 +57,8 @@ func New(o Options) *Host {
 	h := &Host{
 		sysfs: orDefault(o.SysfsRoot, DefaultSysfsRoot), dev: orDefault(o.DevRoot, DefaultDevRoot),
 		proc: orDefault(o.ProcRoot, DefaultProcRoot), modules: o.ModulesDir,
-		writer: o.Writer, links: o.Links, loader: o.Loader, claimer: o.Claimer,
+		modulesRoot: orDefault(o.ModulesRoot, DefaultModulesRoot),
+		writer:      o.Writer, links: o.Links, kernel: o.ModuleKernel, claimer: o.Claimer,
 	}
 	if h.claimer == nil {
 		h.claimer = OSClaimer{}
@@ -257,10 +265,12 @@ func (h *Host) KernelRelease() (string, error) {
 	return rel, nil
 }
 
-// ModulesDir returns where modules.alias is read from: the configured
-// folder, else the host's /lib/modules/<release> seen through PID 1's root
-// under the proc root (right in a container with the host's PID namespace,
-// and the same folder on the host itself), else /lib/modules/<release>.
+// ModulesDir returns where modules and their indexes are read from: the
+// configured folder, else <modules root>/<release> when it has a
+// modules.dep (the node's /lib/modules mounted into the pod), else the
+// host's /lib/modules/<release> seen through PID 1's root under the proc
+// root (a container with the host's PID namespace and no such mount),
+// else <modules root>/<release>.
 func (h *Host) ModulesDir() (string, error) {
 	if h.modules != "" {
 		return h.modules, nil
@@ -269,11 +279,15 @@ func (h *Host) ModulesDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	own := filepath.Join(h.modulesRoot, rel)
+	if _, err := os.Stat(filepath.Join(own, "modules.dep")); err == nil {
+		return own, nil
+	}
 	viaInit := filepath.Join(h.proc, "1", "root", "lib", "modules", rel)
 	if _, err := os.Stat(filepath.Join(viaInit, "modules.dep")); err == nil {
 		return viaInit, nil
 	}
-	return filepath.Join("/lib/modules", rel), nil
+	return own, nil
 }
 
 // Aliases reads modules.alias and modules.builtin.alias (when present).

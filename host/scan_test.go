@@ -256,7 +256,7 @@ func TestEnsureDriverLoadsModule(t *testing.T) {
 	assert.Contains(t, err.Error(), "nope_mod")
 
 	o := k.Options()
-	o.Loader = nil
+	o.ModuleKernel = nil
 	err = host.New(o).EnsureDriver(context.Background(), "nope", "nope_mod")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not loaded")

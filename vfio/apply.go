@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
@@ -103,19 +104,27 @@ func applyGroup(ctx context.Context, h *host.Host, target Target, group []Action
 				Reason: fmt.Sprintf("group %d: not attempted because %s failed", a.Group, a.Address)})
 		}
 		for j := len(done) - 1; j >= 0; j-- {
-			failed = append(failed, rollback(h, target, done[j], a.Address))
+			failed = append(failed, rollback(ctx, h, alloc, target, done[j], a.Address))
 		}
 		return nil, failed
 	}
 	return done, nil
 }
 
-// rollback returns a moved function to where it was.
-func rollback(h *host.Host, target Target, a Action, cause host.Address) Refusal {
-	back := Action{Address: a.Address, From: a.To, To: a.From, Group: a.Group, probe: true}
+// rollbackAllocTimeout bounds the kubelet query of a rollback, which runs
+// even when the apply's context has ended (a group is never left split).
+const rollbackAllocTimeout = 5 * time.Second
+
+// rollback returns a moved function to where it was, never from under a
+// process or a pod the kubelet has allocated it to since it moved (a
+// container may hold a GPU that just returned to its host driver): such a
+// function stays where it is and the refusal says so.
+func rollback(ctx context.Context, h *host.Host, alloc Allocations, target Target, a Action, cause host.Address) Refusal {
+	back := Action{Address: a.Address, From: a.To, To: a.From, Group: a.Group, probe: true, ids: a.ids}
 	var err error
-	// Rolling back puts a function where it just was: only processes count.
-	idle := func(f *host.Function) error { return h.CheckIdle(f) }
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackAllocTimeout)
+	defer cancel()
+	idle := func(f *host.Function) error { return idleCheck(actx, h, alloc, f, a.ids) }
 	if target == ToVFIO {
 		_, err = toHost(h, back, idle)
 	} else {
@@ -149,18 +158,19 @@ func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 	if err := h.EnsureDriver(context.Background(), a.To, a.Module); err != nil {
 		return a, fmt.Errorf("PCI function %s: %w", a.Address, err)
 	}
+	m := mover{h, a.Address}
 	restoreOverride := func(cause error) error {
 		if f.DriverOverride == a.To {
 			return cause
 		}
-		if err := h.SetDriverOverride(a.Address, f.DriverOverride); err != nil {
+		if err := m.setOverride(f.DriverOverride); err != nil {
 			return fmt.Errorf("%w; restoring driver_override: %v", cause, err)
 		}
 		return cause
 	}
 	if f.DriverOverride != a.To {
-		if err := h.SetDriverOverride(a.Address, a.To); err != nil {
-			return a, err
+		if err := m.setOverride(a.To); err != nil {
+			return a, restoreOverride(err) // a transient failure may have left it half-written
 		}
 	}
 	if f.Driver != "" {
@@ -170,14 +180,14 @@ func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 		}
 		err = idle(f)
 		if err == nil {
-			err = h.Unbind(a.Address, f.Driver)
+			err = m.unbind(f.Driver)
 		}
 		release()
 		if err != nil {
 			return a, restoreOverride(err)
 		}
 	}
-	probeErr := h.Probe(a.Address)
+	probeErr := m.probe()
 	now, err := h.ReadFunction(a.Address)
 	if err != nil {
 		return a, err
@@ -186,17 +196,21 @@ func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 		return a, nil
 	}
 	// Put it back where it was rather than leave it driverless.
-	restoreErr := h.SetDriverOverride(a.Address, f.DriverOverride)
+	restoreErr := m.setOverride(f.DriverOverride)
 	if restoreErr == nil && now.Driver == "" {
-		restoreErr = h.Probe(a.Address)
+		restoreErr = m.probe()
 	}
 	if probeErr == nil {
 		probeErr = fmt.Errorf("driver is %q after probe", now.Driver)
 	}
-	if restoreErr != nil {
-		return a, fmt.Errorf("PCI function %s: bind to %s: %w; restoring %s: %v", a.Address, a.To, probeErr, a.From, restoreErr)
+	after := m.read()
+	switch {
+	case after == nil:
+		return a, fmt.Errorf("PCI function %s: bind to %s: %w; restoring %q: %v; it cannot be read", a.Address, a.To, probeErr, f.Driver, restoreErr)
+	case restoreErr != nil || after.Driver != f.Driver:
+		return a, fmt.Errorf("PCI function %s: bind to %s: %w; restoring %q failed, it is on %q: %v", a.Address, a.To, probeErr, f.Driver, after.Driver, restoreErr)
 	}
-	return a, fmt.Errorf("PCI function %s: bind to %s: %w (restored to its host driver)", a.Address, a.To, probeErr)
+	return a, fmt.Errorf("PCI function %s: bind to %s: %w (restored to %q)", a.Address, a.To, probeErr, f.Driver)
 }
 
 // toHost returns one function to its host driver (or none when it has
@@ -209,13 +223,14 @@ func toHost(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 	if err != nil {
 		return a, err
 	}
+	m := mover{h, a.Address}
 	onVFIO := host.IsVFIODriver(f.Driver)
 	if onVFIO && f.Driver != a.From && host.IsVFIODriver(a.From) {
 		return a, errMoved(a, f.Driver)
 	}
 	if !onVFIO && f.Driver != "" {
 		if host.IsVFIODriver(f.DriverOverride) {
-			if err := h.SetDriverOverride(a.Address, ""); err != nil {
+			if err := m.setOverride(""); err != nil {
 				return a, err
 			}
 		}
@@ -233,22 +248,22 @@ func toHost(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 		}
 	}
 	if host.IsVFIODriver(f.DriverOverride) {
-		if err := h.SetDriverOverride(a.Address, ""); err != nil {
-			return a, err
+		if err := m.setOverride(""); err != nil {
+			return a, restoreVFIO(m, f, err)
 		}
 	}
 	probe := a.To != "" || a.probe
 	if onVFIO {
-		if err := h.Unbind(a.Address, f.Driver); err != nil {
-			return a, err
+		if err := m.unbind(f.Driver); err != nil {
+			return a, restoreVFIO(m, f, err)
 		}
 		probe = true
 	}
 	if !probe {
 		return a, nil
 	}
-	if err := h.Probe(a.Address); err != nil {
-		return a, err
+	if err := m.probe(); err != nil {
+		return a, restoreVFIO(m, f, err)
 	}
 	now, err := h.ReadFunction(a.Address)
 	if err != nil {
@@ -260,6 +275,31 @@ func toHost(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 		return a, fmt.Errorf("PCI function %s: driver is %q after probe, want %s", a.Address, now.Driver, want)
 	}
 	return a, nil
+}
+
+// restoreVFIO puts a function whose return to the host failed (cause)
+// back where it was, rather than leave it driverless: its driver_override
+// as it was and, when it left its vfio driver, a probe back onto that
+// driver. The error says where it ended.
+func restoreVFIO(m mover, was *host.Function, cause error) error {
+	err := m.setOverride(was.DriverOverride)
+	now := m.read()
+	if err == nil && now != nil && now.Driver == "" && was.Driver != "" {
+		if err = m.setOverride(was.Driver); err == nil {
+			err = m.probe()
+		}
+		if perr := m.setOverride(was.DriverOverride); err == nil {
+			err = perr
+		}
+		now = m.read()
+	}
+	switch {
+	case now == nil:
+		return fmt.Errorf("%w; PCI function %s cannot be read after restoring it", cause, m.a)
+	case err != nil || now.Driver != was.Driver:
+		return fmt.Errorf("%w; restoring %s to %q failed, it is on %q: %v", cause, m.a, was.Driver, now.Driver, err)
+	}
+	return fmt.Errorf("%w (restored to %q)", cause, was.Driver)
 }
 
 // claimIfVFIO claims the function's VFIO group while it leaves a vfio

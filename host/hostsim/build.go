@@ -38,6 +38,9 @@ func (k *Kernel) AddDriver(d Driver) error {
 	defer k.mu.Unlock()
 	dd := d
 	k.drivers[d.Name] = &dd
+	if err := k.addModule(d.Module, d.Deps, d.Loaded); err != nil {
+		return err
+	}
 	if d.Loaded {
 		if err := k.registerDriver(&dd); err != nil {
 			return err
@@ -71,6 +74,9 @@ func (k *Kernel) registerDriver(d *Driver) error {
 		return err
 	}
 	d.Loaded = true
+	if m := k.modules[d.Module]; m != nil && !m.loaded {
+		return k.markLoaded(m)
+	}
 	return nil
 }
 
@@ -86,12 +92,7 @@ func (k *Kernel) writeAliases() error {
 	if err := os.WriteFile(filepath.Join(k.root, k.modulesRel(), "modules.alias"), []byte(text), 0o644); err != nil {
 		return err
 	}
-	var dep []string
-	for _, d := range k.drivers {
-		dep = append(dep, fmt.Sprintf("kernel/drivers/sim/%s.ko.xz:", strings.ReplaceAll(d.Module, "_", "-")))
-	}
-	sort.Strings(dep)
-	return os.WriteFile(filepath.Join(k.root, k.modulesRel(), "modules.dep"), []byte(strings.Join(dep, "\n")+"\n"), 0o644)
+	return k.writeModules()
 }
 
 // AddFunction creates a PCI function in sysfs, bound to f.Driver.

@@ -29,6 +29,13 @@ func (k *Kernel) WriteFile(path string, data []byte) error {
 		return ErrCrashed
 	}
 	k.writes = append(k.writes, w)
+	if f := &k.fault; f.n > 0 {
+		f.seen++
+		if f.seen >= f.n && f.seen < f.n+f.count {
+			k.mu.Unlock()
+			return &os.PathError{Op: "write", Path: path, Err: f.err}
+		}
+	}
 	latency := k.latency
 	k.mu.Unlock()
 

@@ -17,9 +17,13 @@ func standardDrivers(vfioLoaded bool) []Driver {
 		{Name: "nvidia-gpu", Module: "i2c_nvidia_gpu", Loaded: true, Aliases: []string{"pci:v000010DEd*sv*sd*bc0Csc80i00"}},
 		{Name: "mlx5_core", Module: "mlx5_core", Loaded: true, Aliases: []string{
 			"pci:v000015B3d00001021sv*sd*bc*sc*i*", "pci:v000015B3d0000101Dsv*sd*bc*sc*i*"}},
-		{Name: "vfio-pci", Module: "vfio_pci", Loaded: vfioLoaded, VFIO: true, Aliases: []string{"vfio_pci:v*d*sv*sd*bc*sc*i*"}},
+		{Name: "vfio-pci", Module: "vfio_pci", Loaded: vfioLoaded, VFIO: true, Deps: vfioPCIDeps(), Aliases: []string{"vfio_pci:v*d*sv*sd*bc*sc*i*"}},
 	}
 }
+
+// vfioPCIDeps are the modules vfio-pci and its variants need (modules.dep
+// of Debian's 6.1: vfio-pci-core, vfio, irqbypass).
+func vfioPCIDeps() []string { return []string{"vfio_pci_core", "vfio", "irqbypass"} }
 
 // Fixture is a named simulated host shape from real GPU servers.
 type Fixture struct {
@@ -120,7 +124,7 @@ func Fixtures() []Fixture {
 		{
 			Name: "gh200", Description: "Grace Hopper GH200: GPU 10de:2342 takes the nvgrace_gpu_vfio_pci variant driver",
 			IOMMU: true,
-			Drivers: append(standardDrivers(true), Driver{Name: "nvgrace_gpu_vfio_pci", Module: "nvgrace_gpu_vfio_pci", VFIO: true,
+			Drivers: append(standardDrivers(true), Driver{Name: "nvgrace_gpu_vfio_pci", Module: "nvgrace_gpu_vfio_pci", VFIO: true, Deps: vfioPCIDeps(),
 				Aliases: []string{"vfio_pci:v000010DEd00002342sv*sd*bc*sc*i*", "vfio_pci:v000010DEd00002345sv*sd*bc*sc*i*"}}),
 			Funcs: []Func{{Address: "0009:01:00.0", Vendor: 0x10de, Device: 0x2342, SubVendor: 0x10de, SubDevice: 0x16eb, Class: 0x030200, Driver: "nvidia", Group: 5, NvidiaMinor: 0}},
 		},

@@ -6,7 +6,6 @@
 package hostsim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +35,7 @@ type Driver struct {
 	Aliases []string // modules.alias patterns (pci:... or vfio_pci:...)
 	VFIO    bool     // needs an IOMMU group, creates /dev/vfio/<group>
 	Loaded  bool     // registered at start; otherwise loadable
+	Deps    []string // modules the driver's module needs (modules.dep), loaded first
 	dynIDs  [][2]uint16
 }
 
@@ -46,11 +46,13 @@ type Kernel struct {
 
 	mu         sync.Mutex
 	drivers    map[string]*Driver
+	modules    map[string]*simModule // modules.go
 	funcs      map[host.Address]*simFunc
 	links      map[string]bool
 	iommu      bool
 	writes     []Write
 	crashAfter int
+	fault      fault // FailWrites
 	latency    func(Write) time.Duration
 	violations []string
 	nextFD     map[int]int
@@ -74,7 +76,7 @@ func New(dir string, iommu bool, opts ...Option) (*Kernel, error) {
 		return nil, fmt.Errorf("simulated host root: %w", err)
 	}
 	k := &Kernel{
-		root: dir, release: "6.1.0-sim-amd64", drivers: map[string]*Driver{},
+		root: dir, release: "6.1.0-sim-amd64", drivers: map[string]*Driver{}, modules: map[string]*simModule{},
 		funcs: map[host.Address]*simFunc{}, links: map[string]bool{}, iommu: iommu,
 		nextFD: map[int]int{},
 	}
@@ -122,7 +124,7 @@ func (k *Kernel) Options() host.Options {
 	return host.Options{
 		SysfsRoot: filepath.Join(k.root, "sys"), DevRoot: filepath.Join(k.root, "dev"),
 		ProcRoot: filepath.Join(k.root, "proc"), ModulesDir: filepath.Join(k.root, k.modulesRel()),
-		Writer: k, Links: k, Loader: k, Claimer: k,
+		Writer: k, Links: k, ModuleKernel: k, Claimer: k,
 	}
 }
 
@@ -141,6 +143,23 @@ func (k *Kernel) CrashAfter(n int) {
 	defer k.mu.Unlock()
 	k.crashAfter = n
 	k.writes = nil
+}
+
+// fault makes writes from the n-th one (counted from FailWrites) fail
+// count times with err, with no effect.
+type fault struct {
+	n, count, seen int
+	err            error
+}
+
+// FailWrites makes the n-th write from now, and the count-1 writes after
+// it, fail with err (an errno such as syscall.EIO) and no effect, as a
+// driver that fails a probe for a moment; every later write succeeds
+// again. n <= 0 disables it.
+func (k *Kernel) FailWrites(n, count int, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fault = fault{n: n, count: count, err: err}
 }
 
 // Writes returns the writes received so far.
@@ -256,19 +275,4 @@ func (k *Kernel) Exit(pid int) error {
 	defer k.mu.Unlock()
 	delete(k.nextFD, pid)
 	return os.RemoveAll(filepath.Join(k.root, "proc", strconv.Itoa(pid)))
-}
-
-// Load implements host.ModuleLoader: it registers a known, unloaded driver.
-func (k *Kernel) Load(_ context.Context, module string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, d := range k.drivers {
-		if d.Module == module {
-			if !d.Loaded {
-				return k.registerDriver(d)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("modprobe: FATAL: Module %s not found in directory %s", module, filepath.Join(k.root, k.modulesRel()))
 }

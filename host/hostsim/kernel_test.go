@@ -267,9 +267,11 @@ func TestLoadRegistersDriver(t *testing.T) {
 	require.NoError(t, h.Probe(a))
 	assert.Equal(t, "", k.DriverOf(a), "an override naming an unloaded driver binds nothing")
 
-	require.NoError(t, k.Load(context.Background(), "nvgrace_gpu_vfio_pci"))
-	require.NoError(t, k.Load(context.Background(), "nvgrace_gpu_vfio_pci"), "loading twice is fine")
+	loader := host.NewModuleLoader(k.Options().ModulesDir, k.Options().SysfsRoot, k)
+	require.NoError(t, loader.Load(context.Background(), "nvgrace_gpu_vfio_pci"))
+	require.NoError(t, loader.Load(context.Background(), "nvgrace-gpu-vfio-pci"), "loading twice is fine")
 	assert.True(t, h.DriverLoaded("nvgrace_gpu_vfio_pci"))
+	assert.True(t, k.ModuleLoaded("vfio_pci_core"), "modules.dep: its dependencies first")
 	assert.Equal(t, "nvgrace_gpu_vfio_pci", h.DriverOfModule("nvgrace_gpu_vfio_pci"))
 	for _, f := range []string{"bind", "unbind", "new_id", "remove_id"} {
 		assert.True(t, exists(sysPath(k, "bus/pci/drivers/nvgrace_gpu_vfio_pci", f)), f)
@@ -278,9 +280,10 @@ func TestLoadRegistersDriver(t *testing.T) {
 	assert.Equal(t, "nvgrace_gpu_vfio_pci", k.DriverOf(a))
 	assert.True(t, exists(vfioNode(k, "5")))
 
-	err := k.Load(context.Background(), "no_such_module")
+	err := loader.Load(context.Background(), "no_such_module")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no_such_module")
+	assert.Contains(t, err.Error(), "modules.dep")
 }
 
 func TestWritesOutsideAttributesFail(t *testing.T) {

@@ -29,8 +29,11 @@ const (
 	// ruleGlob: filepath.Glob or fs.Glob: sysfs is read by name through
 	// the host model, not by pattern.
 	ruleGlob = "glob"
-	// ruleHostPathLiteral: a string literal "/sys", "/proc" or one under
-	// them, anywhere: a hard-coded host path that no injected root can move.
+	// ruleHostPathLiteral: a string literal "/sys", "/proc", "/lib/modules"
+	// or one under them, anywhere: a hard-coded host path that no injected
+	// root can move. /lib/modules is the node's kernel modules: package
+	// host reads it under --modules-root (host.DefaultModulesRoot) and loads
+	// modules from it, so no other code names it.
 	ruleHostPathLiteral = "host-path-literal"
 	// ruleDevRead: a file-system call (os, syscall, unix, ioutil,
 	// filepath.EvalSymlinks/Walk/WalkDir) given "/dev" or a path under it
@@ -117,7 +120,7 @@ func checkFile(fset *token.FileSet, rel string, f *ast.File) []finding {
 			}
 		case *ast.BasicLit:
 			if n.Kind == token.STRING && !tags[n] {
-				if s, err := strconv.Unquote(n.Value); err == nil && isHostPath(s, "/sys", "/proc") {
+				if s, err := strconv.Unquote(n.Value); err == nil && isHostPath(s, "/sys", "/proc", "/lib/modules") {
 					add(n, ruleHostPathLiteral, "names "+strconv.Quote(s))
 				}
 			}
@@ -228,7 +231,7 @@ func allowList() []allowed {
 		{ruleShellRoots, "internal/shell",
 			"the shell owns --sysfs-root/--dev-root/--proc-root and hands them to commands as host.Options (Env.HostOptions)"},
 		{ruleHostPathLiteral, "operator/operands",
-			"the operand DaemonSets' hostPath volumes: a pod spec the kubelet mounts, not a read by the operator"},
+			"the operand DaemonSets' hostPath volumes (/sys, /proc, the node's /lib/modules read-only): a pod spec the kubelet mounts, not a read by the operator"},
 		{ruleGlob, "kata/cdi.go",
 			"lists its own spec files in --cdi-dir, a CDI folder and no host root"},
 	}

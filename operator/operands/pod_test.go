@@ -104,7 +104,7 @@ func hostPaths(ds *appsv1.DaemonSet) map[string]string {
 // exactly as before the test-only host root existed.
 func TestProductionHostMounts(t *testing.T) {
 	want := map[string]map[string]string{
-		names.VFIOManager:          {"/sys": "/sys:rw", "/dev": "/dev:rw"},
+		names.VFIOManager:          {"/sys": "/sys:rw", "/dev": "/dev:rw", "/lib/modules": "/lib/modules:ro"}, // --modules-root: it loads vfio-pci
 		names.KubeVirtDevicePlugin: {"/sys": "/sys:ro", "/dev/vfio": "/dev/vfio:ro"},
 		names.KataDevicePlugin:     {"/sys": "/sys:ro", "/dev/vfio": "/dev/vfio:ro"},
 		names.VGPUDeviceManager:    {"/sys": "/sys:rw", "/dev": "/dev:rw"},

@@ -2,7 +2,10 @@
 // kernel under QEMU (TCG) with an emulated Intel IOMMU, run static binaries as part of a busybox
 // initramfs, and check what the kernel ended up doing.
 //
-// TestRealKernel runs the static vfio-manager in its guests. TestRealKernelVGPU runs the guest
+// TestRealKernel runs the static vfio-manager in its guests, built as the image builds it. Its
+// modules guests load no module at boot and have no modprobe or insmod on PATH: vfio-manager
+// loads vfio_pci and what it needs from /lib/modules/<release> itself, as Debian ships the
+// modules (.ko) and compressed (.ko.xz, indexed by depmod) as newer distributions do. TestRealKernelVGPU runs the guest
 // tests of package guest (one static test binary) against the kernel's mtty sample mdev driver
 // and QEMU's SR-IOV NVMe controller: the host model's mdev and VF protocol that package vgpu
 // drives, with the in-use check before every write that would block under a held device.

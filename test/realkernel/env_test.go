@@ -101,8 +101,16 @@ func vfioManagerBinary(t *testing.T, env hostEnv) string {
 		return p
 	}
 	out := filepath.Join(t.TempDir(), "vfio-manager")
-	buildStatic(t, env.repoRoot, "vfio-manager", out, "./cmd/vfio-manager", "build")
+	// The image's build (hack/images.sh build_binaries): the binary the vfio-manager image carries.
+	buildStatic(t, env.repoRoot, "vfio-manager", out, "./cmd/vfio-manager", append([]string{"build"}, imageBuildFlags()...)...)
 	return out
+}
+
+// imageBuildFlags are the go build flags of hack/images.sh's build_binaries, which builds the
+// binaries the images carry: with them (and CGO_ENABLED=0, GOOS=linux, GOARCH=amd64, as
+// buildStatic sets) the guest runs the bytes of the amd64 vfio-manager image.
+func imageBuildFlags() []string {
+	return []string{"-buildvcs=false", "-ldflags=-s -w -buildid= -B none"}
 }
 
 // buildStatic builds pkg into out for the guest, with `go <goArgs> -trimpath -o out pkg` in dir:

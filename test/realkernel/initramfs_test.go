@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	pathpkg "path"
 	"path/filepath"
@@ -93,6 +94,7 @@ type initramfs struct {
 	modulesDir  string            // <kernel dir>/lib/modules/<release>
 	release     string            // the kernel release, its folder name under lib/modules
 	modules     []string          // files under modulesDir that init loads, in this order
+	wholeTree   bool              // every file of modulesDir, as a node's /lib/modules/<release> has them
 	vfioManager string            // "" for none
 	binaries    map[string]string // more executables: name under / -> host file
 	init        string
@@ -101,7 +103,8 @@ type initramfs struct {
 
 // writeTo writes the archive to path: /init, /scenario.sh, /bin/busybox (init installs the
 // applet links), /vfio-manager and the other binaries, /lib/modules/<release>/{modules.*,the
-// modules to load} and /etc/modules.load listing those modules in load order.
+// modules to load} (or, with wholeTree, every file of the modules folder) and /etc/modules.load
+// listing the modules init loads, in load order.
 func (r initramfs) writeTo(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -138,15 +141,20 @@ func (r initramfs) write(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("module indexes: %w", err)
 	}
+	if r.wholeTree {
+		if indexes, err = regularFiles(r.modulesDir); err != nil {
+			return err
+		}
+	}
 	var load strings.Builder
-	for _, m := range append(indexes, r.modules...) {
+	for i, m := range append(indexes, r.modules...) {
 		rel, err := filepath.Rel(r.modulesDir, m)
 		if err != nil || strings.HasPrefix(rel, "..") {
 			return fmt.Errorf("module %s is not under %s", m, r.modulesDir)
 		}
 		name := guestDir + "/" + filepath.ToSlash(rel)
 		files[name] = m
-		if strings.HasSuffix(name, ".ko") {
+		if i >= len(indexes) {
 			load.WriteString("/" + name + "\n")
 		}
 	}
@@ -170,4 +178,19 @@ func (r initramfs) write(w io.Writer) error {
 		c.file(name, perm, b)
 	}
 	return c.close()
+}
+
+// regularFiles lists every regular file under dir.
+func regularFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("modules tree %s: %w", dir, err)
+	}
+	return out, nil
 }

@@ -36,23 +36,34 @@ func TestRealKernel(t *testing.T) {
 	t.Logf("kernel %s (%s)", env.kernelVer, filepath.Base(env.kernel))
 
 	guests := []struct {
-		name  string
-		m     machine
-		check func(*testing.T, *console)
+		name   string
+		m      machine
+		check  func(*testing.T, *console)
+		initrd func(initramfs) initramfs // nil: rd as it is
 	}{
 		{"iommu", machine{iommu: true, scenario: "iommu.sh",
-			devices: concat(rootPort(1, edu), rootPort(2, e1000e))}, checkIOMMU},
+			devices: concat(rootPort(1, edu), rootPort(2, e1000e))}, checkIOMMU, nil},
 		{"shared-group", machine{iommu: true, scenario: "shared-group.sh",
-			devices: concat(rootPort(1, edu), pciBridge(2, edu, e1000e))}, checkSharedGroup},
+			devices: concat(rootPort(1, edu), pciBridge(2, edu, e1000e))}, checkSharedGroup, nil},
 		{"no-iommu", machine{iommu: false, scenario: "no-iommu.sh",
-			devices: concat(rootPort(1, e1000e), rootPort(2, edu))}, checkNoIOMMU},
+			devices: concat(rootPort(1, e1000e), rootPort(2, edu))}, checkNoIOMMU, nil},
 		{"split", machine{iommu: true, scenario: "split.sh",
-			devices: concat(rootPort(1, display), rootPort(2, display))}, checkSplit},
+			devices: concat(rootPort(1, display), rootPort(2, display))}, checkSplit, nil},
+		// No module loaded by init, no modprobe: vfio-manager loads vfio_pci from the modules
+		// as Debian ships them (.ko), and compressed as newer distributions ship them (.ko.xz).
+		{"modules", machine{iommu: true, scenario: "modules.sh", devices: rootPort(1, edu)},
+			checkModules(".ko"), modulesGuest(env.modulesDir)},
+		{"modules-xz", machine{iommu: true, scenario: "modules.sh", devices: rootPort(1, edu)},
+			checkModules(".ko.xz"), modulesGuest(xzModulesTree(t, env))},
 	}
 	for _, g := range guests {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
-			g.check(t, boot(t, env, rd, g.m))
+			r := rd
+			if g.initrd != nil {
+				r = g.initrd(rd)
+			}
+			g.check(t, boot(t, env, r, g.m))
 		})
 	}
 }

@@ -47,18 +47,19 @@ var defaultLockFile = names.RunPath(names.VFIOLockFile)
 
 // common are the flags every command takes (besides the shell's roots).
 type common struct {
-	modules    string
-	vendor     string
-	nvswitches bool
-	output     string
-	all        bool
-	devices    multi
-	noModprobe bool
-	lockFile   string
-	kubelet    socketFlag
-	vmGPUs     string
-	pciIDs     string
-	classes    multi
+	modules     string
+	modulesRoot string
+	vendor      string
+	nvswitches  bool
+	output      string
+	all         bool
+	devices     multi
+	noModprobe  bool
+	lockFile    string
+	kubelet     socketFlag
+	vmGPUs      string
+	pciIDs      string
+	classes     multi
 }
 
 // registerSplit adds the mixed-node flags (plan, bind, daemon).
@@ -134,7 +135,9 @@ func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 func (c *common) register(fs *flag.FlagSet, selection bool) {
-	fs.StringVar(&c.modules, "modules-dir", "", "folder with modules.alias (default /lib/modules/<release from proc-root>)")
+	fs.StringVar(&c.modulesRoot, "modules-root", host.DefaultModulesRoot, "the node's kernel modules, a folder per release (mounted read-only): "+
+		"vfio-pci or a variant is loaded from <modules-root>/<release from proc-root> with finit_module, no modprobe needed")
+	fs.StringVar(&c.modules, "modules-dir", "", "the running kernel's modules folder with modules.alias and modules.dep (default <modules-root>/<release from proc-root>)")
 	fs.StringVar(&c.vendor, "vendor", "10de", "vendor id (hex) whose functions are managed")
 	fs.BoolVar(&c.nvswitches, "nvswitches", false, "include NVSwitches (class 0x0680) in --all")
 	fs.Var(&c.classes, "class", "limit --all (and a release) to functions of this PCI class, a hex prefix: 03 display, 0302 3D controllers "+
@@ -143,7 +146,7 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 	if selection {
 		fs.BoolVar(&c.all, "all", false, "select every function of --vendor")
 		fs.Var(&c.devices, "device", "select a PCI function by address (repeatable)")
-		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module")
+		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module (none is loaded either under roots other than the running kernel's)")
 		fs.StringVar(&c.lockFile, "lock-file", "auto", "host-wide lock held while changing drivers (auto: "+defaultLockFile+" when --sysfs-root is /sys; empty: none)")
 		c.kubelet.path = DefaultPodResourcesSocket
 		fs.Var(&c.kubelet, "pod-resources-socket", "the kubelet's PodResources socket: functions allocated to pods count as in use (empty: ask no kubelet)")
@@ -168,15 +171,16 @@ func (c *common) lockPath(onHost bool) string {
 	return defaultLockFile
 }
 
-// host builds the host model. modprobe acts on the running kernel: only
+// host builds the host model. Modules load into the running kernel: only
 // when the roots are the running kernel's own, never against another tree.
 func (c *common) host(env *shell.Env, loadModules bool) *host.Host {
 	opts := env.HostOptions()
+	opts.ModulesRoot = c.modulesRoot
 	if c.modules != "" {
 		opts.ModulesDir = c.modules
 	}
 	if loadModules && onRunningKernel(env) {
-		opts.Loader = host.Modprobe{}
+		opts.ModuleKernel = host.OSModuleKernel{}
 	}
 	return host.New(opts)
 }
