@@ -2,20 +2,18 @@ package kata
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 )
 
 // OwnerMarker is the first line of every spec file the Kata plugin writes.
@@ -31,34 +29,16 @@ const maxSpecFile = 1 << 20
 var errNotOurs = errors.New("not a spec the Kata device plugin wrote; left as it is")
 
 // checkOurs reports whether a file is at path; an error when one is there
-// that the plugin did not write: anything but a regular file (a symlink is
-// never followed, a FIFO never opened for reading that could block), one
-// over maxSpecFile, or one without OwnerMarker.
+// that the plugin did not write: anything but a regular file (read through
+// atomicfile.ReadMax: a symlink is never followed, a FIFO never opened in a
+// way that could block), one over maxSpecFile, or one without OwnerMarker.
 func checkOurs(path string) (bool, error) {
-	fi, err := os.Lstat(path)
+	data, err := atomicfile.ReadMax(path, maxSpecFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return true, fmt.Errorf("CDI spec %s: a %s, not a regular file: %w", path, fileKind(fi.Mode()), errNotOurs)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return true, fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return true, fmt.Errorf("CDI spec %s: changed while read, not a regular file: %w", path, errNotOurs)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxSpecFile+1))
-	if err != nil {
-		return true, fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	if len(data) > maxSpecFile {
-		return true, fmt.Errorf("CDI spec %s: over %d bytes: %w", path, maxSpecFile, errNotOurs)
+		return true, fmt.Errorf("CDI spec %s: %w: %w", path, err, errNotOurs)
 	}
 	if !bytes.HasPrefix(data, []byte(OwnerMarker+"\n")) {
 		return true, fmt.Errorf("CDI spec %s: no %q line: %w", path, OwnerMarker, errNotOurs)
@@ -66,27 +46,11 @@ func checkOurs(path string) (bool, error) {
 	return true, nil
 }
 
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "symbolic link"
-	case m.IsDir():
-		return "folder"
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device node"
-	}
-	return "special file"
-}
-
-// writeSpecFile writes the spec to dir/name atomically: a new temporary
-// file (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing planted at its name is
-// followed or reused) renamed over the name, which replaces a file there
-// without following it. A file at the name that the plugin did not write
-// is refused and left as it is.
+// writeSpecFile writes the spec to dir/name through atomicfile.Write: a
+// new temporary file (O_CREAT|O_EXCL|O_NOFOLLOW, a dot name the CDI cache
+// never reads) renamed over the name, which replaces a file there without
+// following it. A file at the name that the plugin did not write is
+// refused and left as it is.
 func writeSpecFile(dir, name string, spec *cdispec.Spec) error {
 	path := filepath.Join(dir, name)
 	if err := validSpec(spec); err != nil {
@@ -102,34 +66,8 @@ func writeSpecFile(dir, name string, spec *cdispec.Spec) error {
 	if err != nil {
 		return fmt.Errorf("CDI spec %s: %w", path, err)
 	}
-	data := append([]byte(OwnerMarker+"\n"), body...)
-	var suffix [8]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		return fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	// A dot name with a .tmp extension: the CDI cache reads only .yaml
-	// and .json files, so no reader sees it half-written.
-	tmp := filepath.Join(dir, "."+name+"."+hex.EncodeToString(suffix[:])+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return fmt.Errorf("CDI spec %s: %w", path, err)
-	}
-	err = func() error {
-		defer f.Close()
-		if _, err := f.Write(data); err != nil {
-			return err
-		}
-		if err := f.Chmod(0o644); err != nil { // whatever the umask
-			return err
-		}
-		return f.Sync()
-	}()
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("CDI spec %s: %w", path, err)
+	if _, err := atomicfile.Write(path, append([]byte(OwnerMarker+"\n"), body...), 0o644); err != nil {
+		return fmt.Errorf("CDI spec: %w", err)
 	}
 	return nil
 }
@@ -167,7 +105,7 @@ func removeSpecFile(dir, name string) error {
 	if err != nil || !exists {
 		return err
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := atomicfile.Remove(path); err != nil {
 		return fmt.Errorf("remove CDI spec %s: %w", path, err)
 	}
 	return nil
