@@ -544,3 +544,23 @@ func TestSlowKubeletFailsClosedInsideTheRuntimeBudget(t *testing.T) {
 	require.ErrorContains(t, err, "DeadlineExceeded")
 	assert.Less(t, time.Since(start), 2*time.Second, "an answer before the runtime gives up on the plugin")
 }
+
+// TestResolverFindsASpecWrittenJustBefore: a spec written right before a
+// container asks for its device is resolved at once, every time, whatever
+// the CDI cache's watcher has seen yet (auto-refresh's Refresh alone does
+// not rescan; the resolver forces it for names it does not know).
+func TestResolverFindsASpecWrittenJustBefore(t *testing.T) {
+	dir := t.TempDir()
+	res, err := NewResolver("nvidia.com/gpu", []string{dir})
+	require.NoError(t, err)
+	for i := range 50 {
+		name := fmt.Sprintf("gpu-%d", i)
+		spec := nritest.GPUSpec(1, false)
+		spec.Devices = spec.Devices[:1]
+		spec.Devices[0].Name = name
+		nritest.WriteSpec(t, dir, name, spec)
+		_, unresolved, err := res.Edits([]string{"nvidia.com/gpu=" + name}, nil)
+		require.NoError(t, err, "spec %s written just before", name)
+		require.Empty(t, unresolved)
+	}
+}

@@ -61,7 +61,7 @@ func (r *Resolver) Name(id string) (string, error) {
 func (r *Resolver) Edits(names []string, pol *Policy) (*oci.Spec, []string, error) {
 	devs, unresolved := r.devices(names)
 	if len(unresolved) > 0 {
-		_ = r.cache.Refresh() // errors of other specs are not ours to report here
+		r.rescan()
 		devs, unresolved = r.devices(names)
 	}
 	if len(unresolved) > 0 {
@@ -86,6 +86,16 @@ func (r *Resolver) Edits(names []string, pol *Policy) (*oci.Spec, []string, erro
 		return nil, nil, fmt.Errorf("inject CDI devices %s: %w", strings.Join(names, ", "), err)
 	}
 	return spec, nil, nil
+}
+
+// rescan makes the cache read the spec folders again now. In auto-refresh
+// mode the CDI cache's Refresh rescans only when a missing folder has
+// appeared; a spec written a moment ago waits for the watcher's goroutine.
+// Configuring the cache again restarts its watch and then rescans, so
+// nothing written before this call is missed. Errors of other specs are
+// not ours to report here (the cache keeps them per spec).
+func (r *Resolver) rescan() {
+	_ = r.cache.Configure(cdi.WithAutoRefresh(true))
 }
 
 // devices looks the names up in the cache, once each.
