@@ -151,7 +151,9 @@ type DriverState struct {
 	Loadable bool   `json:"loadable"` // in modules.dep or modules.builtin
 }
 
-// DriverStateOf reports a driver's state from sysfs and the modules dir.
+// DriverStateOf reports a driver's state from sysfs and the modules dir,
+// whose index files it reads as the module loader does (readBounded: a
+// regular file, never a FIFO, at most maxIndexSize).
 func (h *Host) DriverStateOf(driver, module string) (DriverState, error) {
 	st := DriverState{Driver: driver, Module: module, Loaded: h.DriverLoaded(driver)}
 	dir, err := h.ModulesDir()
@@ -160,7 +162,7 @@ func (h *Host) DriverStateOf(driver, module string) (DriverState, error) {
 	}
 	want := normalizeModule(module)
 	for _, name := range []string{"modules.dep", "modules.builtin"} {
-		b, _, err := readIfExists(filepath.Join(dir, name))
+		b, _, err := readBounded(filepath.Join(dir, name), maxIndexSize)
 		if err != nil {
 			return st, err
 		}
