@@ -58,9 +58,9 @@ var runAsRoot = map[string]string{
 	"vfio-manager": "writes sysfs and loads kernel modules",
 	// Both device plugins create their socket in the kubelet's root-owned
 	// /var/lib/kubelet/device-plugins and register on the kubelet's socket
-	// there; the Kata one also writes its CDI spec to the root-owned /var/run/cdi.
+	// there; the Kata one also writes its CDI spec to its root-owned folder /var/lib/sandbox-gpu/kata-cdi.
 	"kubevirt-device-plugin": "serves from the kubelet's root-owned device-plugins folder",
-	"kata-device-plugin":     "serves from the kubelet's root-owned device-plugins folder and writes /var/run/cdi",
+	"kata-device-plugin":     "serves from the kubelet's root-owned device-plugins folder and writes its root-owned CDI folder /var/lib/sandbox-gpu/kata-cdi",
 	// containerd's NRI socket and the kubelet's pod-resources socket are
 	// root-only (0700 folders, 0660 root sockets).
 	"nri-gpu-plugin": "connects to containerd's root-only NRI socket and the kubelet's pod-resources socket",
