@@ -18,7 +18,6 @@ func TestLoopWakes(t *testing.T) {
 	dir := t.TempDir()
 	kick := make(chan struct{}, 1)
 	passes := make(chan int, 16)
-	next := make(chan time.Duration, 16) // what each pass returns
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -27,12 +26,13 @@ func TestLoopWakes(t *testing.T) {
 		done <- loop(ctx, kick, LoopOptions{Resync: time.Hour, Dirs: []string{dir}, Log: logr.Discard()}, func() time.Duration {
 			n++
 			passes <- n
-			select {
-			case d := <-next:
-				return d
-			default:
-				return 0
+			// Only pass 2 asks for a timer. Decided by the pass's own
+			// number, not by a value the test sends while a pass may
+			// still be running (an earlier pass could take it).
+			if n == 2 {
+				return 10 * time.Millisecond
 			}
+			return 0
 		})
 	}()
 	wait := func(what string, want int) {
@@ -46,7 +46,6 @@ func TestLoopWakes(t *testing.T) {
 	}
 	kick <- struct{}{}
 	wait("a kick", 1)
-	next <- 10 * time.Millisecond // what pass 2 returns
 	kick <- struct{}{}
 	wait("a kick", 2)
 	// Nothing else wakes the loop now: Resync is an hour away, no kick, no write.
