@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
@@ -248,7 +249,7 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 
 func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 	if d.opts.LockFile != "" && !d.lockHeld() {
-		release, err := AcquireLock(ctx, d.opts.LockFile)
+		release, err := hostlock.Acquire(ctx, d.opts.LockFile)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -75,7 +76,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		}
 	}
 	if lock := c.lockPath(onRunningKernel(env)); lock != "" && cmd != "plan" {
-		release, err := vfio.AcquireLock(ctx, lock)
+		release, err := hostlock.Acquire(ctx, lock)
 		if err != nil {
 			return err
 		}
