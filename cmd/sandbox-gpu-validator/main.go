@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/discovery"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
@@ -71,7 +72,7 @@ func discover() *shell.Command {
 			if o.Client, err = kubeclient.Clientset(kubeconfig); err != nil {
 				return err
 			}
-			o.Host = host.New(env.HostOptions())
+			o.Host = host.New(hostroots.Options(env.Roots))
 			o.Log, o.Registerer = env.Log, env.Metrics
 			a, err := discovery.New(o)
 			if err != nil {

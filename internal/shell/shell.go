@@ -18,8 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // Program is one binary: a single command (Name "") or subcommands.
@@ -57,9 +55,6 @@ type Command struct {
 // IO is what a run reads and writes besides its flags.
 type IO struct {
 	Stdout, Stderr io.Writer
-	// Host, when set, replaces the host model the roots would give (the
-	// demo's simulated hosts); shipped mains never set it.
-	Host *host.Options
 }
 
 // Main runs the program on the process's arguments until SIGINT or SIGTERM
@@ -121,7 +116,7 @@ func (p *Program) pick(args []string, stdout io.Writer) (*Command, []string, err
 }
 
 func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) error {
-	env := &Env{Stdout: o.Stdout, Stderr: o.Stderr, sim: o.Host}
+	env := &Env{Stdout: o.Stdout, Stderr: o.Stderr}
 	fs := flag.NewFlagSet(c.fullName(p), flag.ContinueOnError)
 	var healthAddr string
 	fs.Var(&env.verbosity, "v", "log verbosity: -v or -v=N shows debug logs up to level N")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
@@ -18,8 +19,8 @@ import (
 // desired state (flags or --config), publishes readiness, and changes
 // nothing on shutdown. With --release it returns every function of the
 // vendor to its host driver instead (a node leaving vm-passthrough).
-func daemonCommand() *shell.Command {
-	var c common
+func daemonCommand(k hostroots.Kernel) *shell.Command {
+	c := common{kernel: k}
 	var config, readyDir, nodeName string
 	var resync, retry, heartbeat time.Duration
 	var release, fromNode bool

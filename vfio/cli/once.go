@@ -7,13 +7,14 @@ import (
 	"io"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // onceCommand is status, plan, bind or unbind: one scan, one report.
-func onceCommand(name, synopsis, summary string) *shell.Command {
-	var c common
+func onceCommand(k hostroots.Kernel, name, synopsis, summary string) *shell.Command {
+	c := common{kernel: k}
 	var to string
 	var sequential bool
 	return &shell.Command{Name: name, Synopsis: synopsis, Summary: summary, Roots: true,
