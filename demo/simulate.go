@@ -11,8 +11,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
-	"github.com/sandbox-gpu/sandbox-gpu/kata"
-	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	katacli "github.com/sandbox-gpu/sandbox-gpu/kata/cli"
+	kubevirtcli "github.com/sandbox-gpu/sandbox-gpu/kubevirt/cli"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	vfiocli "github.com/sandbox-gpu/sandbox-gpu/vfio/cli"
 	vgpucli "github.com/sandbox-gpu/sandbox-gpu/vgpu/cli"
@@ -29,8 +29,8 @@ var simulated = map[string]struct {
 	bind    bool
 }{
 	"vfio-manager":           {vfiocli.ProgramOn, vfioFlags, false},
-	"kubevirt-device-plugin": {func(hostroots.Kernel) *shell.Program { return kubevirt.Program() }, pluginFlags, true},
-	"kata-device-plugin":     {func(hostroots.Kernel) *shell.Program { return kata.Program() }, pluginFlags, true},
+	"kubevirt-device-plugin": {func(hostroots.Kernel) *shell.Program { return kubevirtcli.Program() }, pluginFlags, true},
+	"kata-device-plugin":     {func(hostroots.Kernel) *shell.Program { return katacli.Program() }, pluginFlags, true},
 	"vgpu-device-manager":    {vgpucli.ProgramOn, vgpuFlags, false},
 }
 

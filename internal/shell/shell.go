@@ -1,9 +1,10 @@
 // Package shell is the one entry-point shell of every sandbox-gpu binary:
 // flags and help, one structured log format (JSON lines through slog, with
 // klog routed into it), the health and metrics listener, signals and exit
-// codes. A main is one line:
+// codes. Each part's cli package defines its program, and a main is one
+// line:
 //
-//	func main() { os.Exit(shell.Main(program())) }
+//	func main() { os.Exit(shell.Main(cli.Program())) }
 //
 // Commands get everything through an Env; nothing here is package-level
 // state, so tests and the demo run programs in process with shell.Run.
