@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/operator"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/controllers"
@@ -32,7 +33,7 @@ func Program() *shell.Program {
 	o := operator.Options{MetricsAddr: "0", HealthAddr: "0"} // served by the shell's listener
 	return &shell.Program{Name: "sandbox-gpu-operator",
 		Summary: "runs the sandbox GPU operator: per-node workload configs, operand DaemonSets and safe transitions",
-		Commands: []*shell.Command{{Listen: true, HealthAddr: ":8081", Daemon: true,
+		Commands: []*shell.Command{{Listen: true, HealthAddr: names.HealthAddr("", names.OperatorPort), Daemon: true,
 			Flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 				fs.StringVar(&o.Namespace, "namespace", "sandbox-gpu", "namespace of the operand DaemonSets")

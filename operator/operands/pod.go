@@ -1,7 +1,6 @@
 package operands
 
 import (
-	"fmt"
 	"path"
 	"slices"
 
@@ -51,10 +50,6 @@ func APIClients() []string {
 	return []string{names.GPUDiscovery, names.Validator, names.VGPUDeviceManager, names.VFIOManager,
 		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 }
-
-// DiscoveryPort is the GPU discovery agent's /healthz, /readyz and
-// /metrics port (the default of sandbox-gpu-validator discover).
-const DiscoveryPort = 8086
 
 // hostRootMount is a folder of a simulated host tree (Options.HostRoot):
 // its volume and the root flag it is handed to.
@@ -124,11 +119,11 @@ func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options,
 func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
-	c.Args = []string{"discover", fmt.Sprintf("--health-addr=:%d", DiscoveryPort)}
+	c.Args = []string{"discover", "--health-addr=" + names.HealthAddr("", names.GPUDiscoveryPort)}
 	spec.NodeSelector = map[string]string{corev1.LabelOSStable: "linux"}
 	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	nonRoot := true
 	spec.SecurityContext.RunAsNonRoot = &nonRoot
 	hostRoots(ds, o, false, func() { mount(ds, "sys", "/sys", true) })
-	probe(c, "/readyz", DiscoveryPort)
+	probe(c, "/readyz", names.GPUDiscoveryPort)
 }

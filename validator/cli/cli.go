@@ -28,7 +28,7 @@ func Program() *shell.Program {
 func validate() *shell.Command {
 	var kubeconfig string
 	o := validator.Options{NodeName: os.Getenv("NODE_NAME")}
-	return &shell.Command{Roots: true, Listen: true, HealthAddr: ":8082", Daemon: true,
+	return &shell.Command{Roots: true, Listen: true, HealthAddr: names.HealthAddr("", names.ValidatorPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
@@ -56,7 +56,7 @@ func validate() *shell.Command {
 func discover() *shell.Command {
 	var kubeconfig string
 	o := discovery.Options{NodeName: os.Getenv("NODE_NAME")}
-	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: ":8086", Daemon: true,
+	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: names.HealthAddr("", names.GPUDiscoveryPort), Daemon: true,
 		Summary: "labels its own Node " + names.GPUPresentLabel + "=true and " + names.GPUCountLabel +
 			"=N from sysfs while it has NVIDIA GPUs (and removes both when they are gone)",
 		Flags: func(fs *flag.FlagSet) {

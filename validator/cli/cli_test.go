@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
 func TestHelpListsDiscover(t *testing.T) {
@@ -24,7 +24,7 @@ func TestHelpListsDiscover(t *testing.T) {
 		t.Fatalf("discover --help exit %d", code)
 	}
 	// The default listener is the port the operator probes and names "metrics".
-	if want := fmt.Sprintf(`(default ":%d")`, operands.DiscoveryPort); !strings.Contains(out.String(), want) {
+	if want := fmt.Sprintf(`(default ":%d")`, names.GPUDiscoveryPort); !strings.Contains(out.String(), want) {
 		t.Errorf("discover --help lacks %s:\n%s", want, out.String())
 	}
 	for _, f := range []string{"-sysfs-root", "-node-name", "-resync", "-kubeconfig", "-health-addr"} {

@@ -25,7 +25,7 @@ func daemonCommand(k hostroots.Kernel) *shell.Command {
 	var resync, retry, heartbeat time.Duration
 	var release, fromNode bool
 	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--vm-gpus SPLIT | --vm-gpus-from-node] [--ready-dir DIR] [--health-addr ADDR]",
-		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: "127.0.0.1:8081", Daemon: true,
+		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: names.HealthAddr(names.LoopbackHost, names.VFIOManagerPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, true)
 			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host, release); watched for changes")

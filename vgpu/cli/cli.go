@@ -192,7 +192,7 @@ func runCommand(k hostroots.Kernel) *shell.Command {
 	var release bool
 	return &shell.Command{Name: "run", Synopsis: "(--config FILE | --release) --node-name NODE [--default NAME] [--kubeconfig FILE]",
 		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
-		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
+		Roots:   true, Listen: true, HealthAddr: names.HealthAddr("", names.VGPUDeviceManagerPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs)
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
