@@ -56,6 +56,9 @@ type Command struct {
 // IO is what a run reads and writes besides its flags.
 type IO struct {
 	Stdout, Stderr io.Writer
+	// grpcLogs routes grpc-go's process-wide logger into the run's log
+	// (Main's run only: the process is the program).
+	grpcLogs bool
 }
 
 // Main runs the program on the process's arguments until SIGINT or SIGTERM
@@ -63,7 +66,7 @@ type IO struct {
 func Main(p *Program) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return Run(ctx, p, os.Args[1:], IO{Stdout: os.Stdout, Stderr: os.Stderr})
+	return Run(ctx, p, os.Args[1:], IO{Stdout: os.Stdout, Stderr: os.Stderr, grpcLogs: true})
 }
 
 // Run runs the program with args and returns the exit code: 0 done (or
@@ -134,7 +137,11 @@ func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) 
 		return err
 	}
 	env.Args = fs.Args()
-	env.Log = newLogger(o.Stderr, int(env.verbosity), p.Name)
+	h := newHandler(o.Stderr, int(env.verbosity))
+	if o.grpcLogs {
+		installGRPCLogs(h, int(env.verbosity))
+	}
+	env.Log = logger(h, p.Name)
 	env.health = &health{}
 	env.Metrics = newRegistry()
 	if healthAddr != "" {
