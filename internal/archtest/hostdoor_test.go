@@ -186,9 +186,19 @@ func skipDir(rel, abs string) bool {
 // checkTree parses every non-test Go file of the product code under root
 // and applies the rules.
 func checkTree(root string) ([]finding, error) {
-	fset := token.NewFileSet()
 	var out []finding
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := walkProduct(root, func(fset *token.FileSet, rel string, f *ast.File) {
+		out = append(out, checkFile(fset, rel, f)...)
+	})
+	return out, err
+}
+
+// walkProduct parses every non-test Go file of the product code under root
+// (skipDir's folders aside) and hands it to check with its slash path from
+// root.
+func walkProduct(root string, check func(fset *token.FileSet, rel string, f *ast.File)) error {
+	fset := token.NewFileSet()
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -210,10 +220,9 @@ func checkTree(root string) ([]finding, error) {
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", rel, err)
 		}
-		out = append(out, checkFile(fset, rel, f)...)
+		check(fset, rel, f)
 		return nil
 	})
-	return out, err
 }
 
 // allowed is a place where a rule does not apply, and why.

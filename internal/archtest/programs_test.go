@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -198,30 +199,8 @@ func checkPrograms(root string) ([]finding, error) {
 			out = append(out, checkMain(fset, rel, f)...)
 		}
 	}
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", p, err)
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if skipDir(rel, p) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		out = append(out, checkSimulated(fset, rel, f, filepath.ToSlash(filepath.Dir(rel)) == "internal/shell")...)
-		return nil
+	err = walkProduct(root, func(fset *token.FileSet, rel string, f *ast.File) {
+		out = append(out, checkSimulated(fset, rel, f, path.Dir(rel) == "internal/shell")...)
 	})
 	return out, err
 }
