@@ -10,9 +10,10 @@ import (
 
 // grpcLogger routes grpc-go's logs (the kubelet clients and servers of the
 // device plugins, the NRI plugin and the vGPU device manager) into the one
-// log format, as "logger":"grpc": its info logs (connection chatter) at
-// V(1), shown with -v, its warnings and errors at their levels. Fatal logs
-// an error; grpclog itself then exits.
+// log format, as "logger":"grpc". As grpc's own default logger, it shows
+// errors only unless asked: warnings (such as a closing transport at every
+// shutdown) with -v, info (connection chatter) with -v=2, as DEBUG. Fatal
+// logs an error; grpclog itself then exits.
 type grpcLogger struct {
 	log       *slog.Logger
 	verbosity int
@@ -25,12 +26,17 @@ func installGRPCLogs(h slog.Handler, verbosity int) {
 	grpclog.SetLoggerV2(grpcLogger{log: slog.New(h).With("logger", "grpc"), verbosity: verbosity})
 }
 
-func (g grpcLogger) at(level slog.Level, msg string) { g.log.Log(context.Background(), level, msg) }
+func (g grpcLogger) at(level slog.Level, msg string) {
+	if level == slog.LevelWarn && g.verbosity < 1 {
+		return
+	}
+	g.log.Log(context.Background(), level, msg)
+}
 
-func (g grpcLogger) Info(args ...any)   { g.at(slog.Level(-1), fmt.Sprint(args...)) }
-func (g grpcLogger) Infoln(args ...any) { g.at(slog.Level(-1), sprintln(args...)) }
+func (g grpcLogger) Info(args ...any)   { g.at(slog.Level(-2), fmt.Sprint(args...)) }
+func (g grpcLogger) Infoln(args ...any) { g.at(slog.Level(-2), sprintln(args...)) }
 func (g grpcLogger) Infof(format string, args ...any) {
-	g.at(slog.Level(-1), fmt.Sprintf(format, args...))
+	g.at(slog.Level(-2), fmt.Sprintf(format, args...))
 }
 func (g grpcLogger) Warning(args ...any)   { g.at(slog.LevelWarn, fmt.Sprint(args...)) }
 func (g grpcLogger) Warningln(args ...any) { g.at(slog.LevelWarn, sprintln(args...)) }

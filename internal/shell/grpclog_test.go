@@ -31,8 +31,8 @@ func TestMain(m *testing.M) {
 
 // TestGRPCLogsInTheOneFormat: in a binary (Main: a process of its own,
 // since grpclog's logger is the process's), grpc-go's log lines come out as
-// JSON lines with "logger":"grpc", its info only with -v; nothing of grpc's
-// plain-text default logger.
+// JSON lines with "logger":"grpc", its warnings with -v, its info with
+// -v=2; nothing of grpc's plain-text default logger.
 func TestGRPCLogsInTheOneFormat(t *testing.T) {
 	run := func(args string) []map[string]any {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -57,6 +57,7 @@ func TestGRPCLogsInTheOneFormat(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, []string{"DEBUG info from grpc", "WARN [core] warning from grpc's core", "ERROR error from grpc"}, got(run("daemon -v")))
-	assert.Equal(t, []string{"WARN [core] warning from grpc's core", "ERROR error from grpc"}, got(run("daemon")), "grpc's info only with -v")
+	assert.Equal(t, []string{"DEBUG info from grpc", "WARN [core] warning from grpc's core", "ERROR error from grpc"}, got(run("daemon -v=2")))
+	assert.Equal(t, []string{"WARN [core] warning from grpc's core", "ERROR error from grpc"}, got(run("daemon -v")), "grpc's info only with -v=2")
+	assert.Equal(t, []string{"ERROR error from grpc"}, got(run("daemon")), "grpc's warnings only with -v")
 }
