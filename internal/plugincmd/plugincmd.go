@@ -1,7 +1,7 @@
 // Package plugincmd is the command-line plumbing the two sandbox device
 // plugins share on top of the entry-point shell: their flags, the VFIO
 // manager readiness gate, health and metrics, and the run loop. The
-// kubevirt and kata packages describe their programs with it.
+// kubevirt/cli and kata/cli packages describe their programs with it.
 package plugincmd
 
 import (
