@@ -164,14 +164,14 @@ func devLiteral(expr ast.Expr) string {
 // skipDir says whether a folder (slash path from the module root) is no
 // product code of this module to check: package host itself (the one
 // door, hostsim included), separate modules and tools (test/, hack/ and
-// any folder with its own go.mod), test helper packages (*test,
-// *testutil), and data, vendored and hidden folders.
+// any folder with its own go.mod), the test kit and test helper packages
+// (*test, *testutil), and data, vendored and hidden folders.
 func skipDir(rel, abs string) bool {
 	base := filepath.Base(rel)
 	switch {
 	case rel == ".":
 		return false
-	case slices.Contains([]string{"host", "test", "hack"}, rel):
+	case slices.Contains([]string{"host", "test", "hack", strings.TrimPrefix(kitPath, modulePath+"/")}, rel):
 		return true
 	case strings.HasSuffix(base, "test") || strings.HasSuffix(base, "testutil"):
 		return true
