@@ -7,7 +7,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // kitPath is the test kit: the harnesses more than one part uses (agents on
@@ -72,28 +73,18 @@ func readPackages(root, modPath string) ([]listedPackage, error) {
 	byDir := map[string]*listedPackage{}
 	var dirs []string
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	skip := func(rel, abs string) bool {
+		base := path.Base(rel)
+		if rel == "." {
+			return false
 		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", p, err)
+		if base == "testdata" || base == "vendor" || strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") {
+			return true
 		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			base := path.Base(rel)
-			if rel != "." && (base == "testdata" || base == "vendor" || strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_")) {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); rel != "." && err == nil {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") {
-			return nil
-		}
+		_, err := os.Stat(filepath.Join(abs, "go.mod"))
+		return err == nil
+	}
+	err := walkGoFiles(root, skip, func(rel, p string) error {
 		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", rel, err)
@@ -334,16 +325,7 @@ func TestParsePackages(t *testing.T) {
 // nothing of testdata, hidden folders or a nested module.
 func TestReadPackages(t *testing.T) {
 	root := t.TempDir()
-	write := func(rel, content string) {
-		t.Helper()
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, content string) { testutil.WriteFile(t, filepath.Join(root, rel), content) }
 	write("go.mod", "module m\n")
 	write("doc.go", "// Package top.\npackage top\n")
 	write("h/h.go", "package h\n\nimport (\n\t\"os\"\n\tx \"m/k\"\n)\n")
