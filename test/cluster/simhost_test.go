@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/simnode"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
 )
 
 // criCleanupWithin bounds the removal of the pods through CRI at teardown.
