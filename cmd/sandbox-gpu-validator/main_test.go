@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,11 +13,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 )
 
 // kubeconfig writes a kubeconfig file for cfg.
@@ -42,13 +41,7 @@ func kubeconfig(t *testing.T, cfg *rest.Config) string {
 // on SIGTERM. (A separate process: the shell sets klog's global logger,
 // which the test's own client would read at the same time.)
 func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
-	testutil.EnvtestAssets(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiserver.Start(t)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -60,21 +53,8 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	k, _ := hostsim.NewHost(t, "hgx-h100")
 	o := k.Options()
 	bin := testutil.BuildBinary(t, ".")
-	var stderr testutil.SyncBuffer
-	cmd := exec.Command(bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
+	p := proc.StartProgram(t, bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
 		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("discover's stderr:\n%s", stderr.String())
-		}
-	})
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	testutil.Eventually(t, 30*time.Second, "hgx-1 labelled with 8 GPUs", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "hgx-1", metav1.GetOptions{})
 		return err == nil && n.Labels[names.GPUPresentLabel] == "true" && n.Labels[names.GPUCountLabel] == "8"
@@ -82,17 +62,7 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	// The labels show in the API before the agent's patch call has returned and logged: wait
 	// for the log line too, or SIGTERM cancels the call in flight (CI saw that once).
 	testutil.Eventually(t, 30*time.Second, "the JSON log line of the labelling", func() bool {
-		return strings.Contains(stderr.String(), `"Labelled node"`)
+		return strings.Contains(p.Out.String(), `"Labelled node"`)
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit within 30s of SIGTERM")
-	}
+	p.Stop(t, 30*time.Second)
 }

@@ -165,14 +165,14 @@ func devLiteral(expr ast.Expr) string {
 // skipDir says whether a folder (slash path from the module root) is no
 // product code of this module to check: package host itself (the one
 // door, hostsim included), separate modules and tools (test/, hack/ and
-// any folder with its own go.mod), test helper packages (*test,
-// *testutil), and data, vendored and hidden folders.
+// any folder with its own go.mod), the test kit and test helper packages
+// (*test, *testutil), and data, vendored and hidden folders.
 func skipDir(rel, abs string) bool {
 	base := filepath.Base(rel)
 	switch {
 	case rel == ".":
 		return false
-	case slices.Contains([]string{"host", "test", "hack"}, rel):
+	case slices.Contains([]string{"host", "test", "hack", strings.TrimPrefix(kitPath, modulePath+"/")}, rel):
 		return true
 	case strings.HasSuffix(base, "test") || strings.HasSuffix(base, "testutil"):
 		return true
@@ -198,6 +198,23 @@ func checkTree(root string) ([]finding, error) {
 // root.
 func walkProduct(root string, check func(fset *token.FileSet, rel string, f *ast.File)) error {
 	fset := token.NewFileSet()
+	return walkGoFiles(root, skipDir, func(rel, p string) error {
+		if strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("parse %s: %w", rel, err)
+		}
+		check(fset, rel, f)
+		return nil
+	})
+}
+
+// walkGoFiles calls visit with each Go file under root (its slash path from
+// root, and its path), leaving out the folders skip says (slash path from
+// root, and path).
+func walkGoFiles(root string, skip func(rel, abs string) bool, visit func(rel, abs string) error) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -208,20 +225,15 @@ func walkProduct(root string, check func(fset *token.FileSet, rel string, f *ast
 		}
 		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if skipDir(rel, p) {
+			if skip(rel, p) {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+		if !strings.HasSuffix(rel, ".go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		check(fset, rel, f)
-		return nil
+		return visit(rel, p)
 	})
 }
 

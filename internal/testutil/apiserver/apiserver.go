@@ -8,6 +8,8 @@
 //	func TestMain(m *testing.M) { os.Exit(apiserver.Run(m)) }
 //
 //	func TestX(t *testing.T) { cfg := apiserver.Config(t); ... }
+//
+// A test that needs one of its own calls Start.
 package apiserver
 
 import (
@@ -58,4 +60,23 @@ func (s *Shared) Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// Start starts a kube-apiserver and etcd (envtest) for one test and stops
+// them at its end; a missing kube-apiserver fails tb (MissingPeer). A
+// package whose tests share one uses Shared.
+func Start(tb testing.TB) *rest.Config {
+	tb.Helper()
+	testutil.EnvtestAssets(tb)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		tb.Fatalf("envtest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			tb.Errorf("envtest stop: %v", err)
+		}
+	})
+	return cfg
 }
