@@ -1,9 +1,10 @@
 // Package kubeclient loads the API server client config of the binaries
 // that talk to Kubernetes through client-go (the operator, the validator
-// and discovery agent, the vGPU device manager), one way for all: an
-// explicit --kubeconfig, else in-cluster, else $KUBECONFIG and
-// ~/.kube/config. (The VFIO manager keeps client-go out: it uses
-// internal/nodereport.)
+// and discovery agent, the vGPU device manager, the VFIO manager), one way
+// for all: an explicit --kubeconfig, else in-cluster, else $KUBECONFIG and
+// ~/.kube/config. With internal/ownnode it is the one door to the API
+// server: no other product package reads the pod's service account or
+// builds its own HTTP client to it (internal/archtest TestOneAPIServerDoor).
 package kubeclient
 
 import (

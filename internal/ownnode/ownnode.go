@@ -1,8 +1,10 @@
-// Package ownnode watches the one Node a node daemon runs on (an informer
-// with a field selector on its name: the daemon's RBAC and the API server's
-// load stay those of one object) and wakes the daemon on the changes it
-// cares about. The GPU discovery agent, the validator and the vGPU device
-// manager use it.
+// Package ownnode is a node daemon's one door to the Node it runs on,
+// through client-go: it watches that Node alone (an informer with a field
+// selector on its name: the daemon's RBAC and the API server's load stay
+// those of one object), wakes the daemon on the changes it cares about,
+// and writes the daemon's own keys (Patch, Publisher). The GPU discovery
+// agent, the validator, the vGPU device manager and the VFIO manager use
+// it; the clients come from internal/kubeclient.
 package ownnode
 
 import (
@@ -33,6 +35,8 @@ type Watcher struct {
 	kick   chan struct{}
 
 	mu sync.Mutex
+	// lastErr is the last error listing or watching the Node.
+	lastErr error
 	// staleRV is the resourceVersion of the Node as seen when the last
 	// patch, sent, was sent: until the cache moves past it, it cannot show
 	// that patch, which is not sent again meanwhile.
@@ -42,6 +46,19 @@ type Watcher struct {
 // Watch starts following the Node name until ctx ends and returns once
 // its first list is in (nil, nil when ctx ended first).
 func Watch(ctx context.Context, c kubernetes.Interface, name string, wake Wake) (*Watcher, error) {
+	w, err := Start(ctx, c, name, wake)
+	if err != nil {
+		return nil, err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+		return nil, nil
+	}
+	return w, nil
+}
+
+// Start starts following the Node name until ctx ends and returns at once:
+// Synced says when the first list is in, and LastError why not yet.
+func Start(ctx context.Context, c kubernetes.Interface, name string, wake Wake) (*Watcher, error) {
 	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", name))
 	w := &Watcher{name: name, client: c, inf: cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{}), kick: make(chan struct{}, 1)}
@@ -66,11 +83,30 @@ func Watch(ctx context.Context, c kubernetes.Interface, name string, wake Wake) 
 	}); err != nil {
 		return nil, fmt.Errorf("node %s: watch: %w", name, err)
 	}
-	go w.inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
-		return nil, nil
+	if err := w.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		w.mu.Lock()
+		w.lastErr = err
+		w.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err) // logs it, through klog
+	}); err != nil {
+		return nil, fmt.Errorf("node %s: watch: %w", name, err)
 	}
+	go w.inf.Run(ctx.Done())
 	return w, nil
+}
+
+// Synced says whether the first list of the Node is in.
+func (w *Watcher) Synced() bool { return w.inf.HasSynced() }
+
+// LastError is the last error listing or watching the Node, naming it (nil
+// when there was none): why Synced is still false.
+func (w *Watcher) LastError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastErr == nil {
+		return nil
+	}
+	return fmt.Errorf("node %s: watch: %w", w.name, w.lastErr)
 }
 
 // Kick receives a signal after a change that wakes the daemon (several

@@ -1,0 +1,100 @@
+package ownnode
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+)
+
+// countPatches is a client of the test's API server that counts the
+// PATCH requests it sends.
+func countPatches(t *testing.T) (kubernetes.Interface, *atomic.Int32) {
+	t.Helper()
+	cfg := rest.CopyConfig(apiserver.Config(t))
+	var n atomic.Int32
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPatch {
+				n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cs, &n
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestPublisherWritesOnlyChanges: on a real API server, a report is one
+// merge patch of its own key (the Node's other annotations stay); the same
+// value again sends nothing; a new value is written; a write that failed
+// (no such Node yet) names the node and is sent again next time.
+func TestPublisherWritesOnlyChanges(t *testing.T) {
+	cs, patches := countPatches(t)
+	ctx := context.Background()
+	nodes := cs.CoreV1().Nodes()
+	create := func(name string) {
+		_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"admin": "kept"}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = nodes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	annotations := func(name string) map[string]string {
+		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		return n.Annotations
+	}
+	create("pub-1")
+	p := &Publisher{Client: cs, Node: "pub-1", Annotation: "sandbox-gpu.io/release-report.vfio-manager"}
+	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
+	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
+	assert.Equal(t, int32(1), patches.Load(), "the same value is not written again")
+	assert.Equal(t, map[string]string{"admin": "kept", "sandbox-gpu.io/release-report.vfio-manager": `{"done":false,"reason":"r"}`}, annotations("pub-1"))
+	require.NoError(t, p.Publish(ctx, `{"done":true}`))
+	assert.Equal(t, int32(2), patches.Load())
+	assert.Equal(t, `{"done":true}`, annotations("pub-1")["sandbox-gpu.io/release-report.vfio-manager"])
+
+	late := &Publisher{Client: cs, Node: "pub-late", Annotation: "a"}
+	err := late.Publish(ctx, "v")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "node pub-late: publish a:")
+	create("pub-late")
+	require.NoError(t, late.Publish(ctx, "v"), "a failed write is tried again")
+	assert.Equal(t, "v", annotations("pub-late")["a"])
+
+	var none *Publisher
+	require.NoError(t, none.Publish(ctx, "v"), "no publisher, nothing to write")
+	require.Error(t, (&Publisher{Node: "pub-1", Annotation: "a"}).Publish(ctx, "v"), "no client")
+}
+
+// TestStartNamesWhyNotSynced: Start returns at once; while the API server
+// refuses the list (here a client without credentials) the watcher is not
+// synced and LastError names the Node and the server's answer.
+func TestStartNamesWhyNotSynced(t *testing.T) {
+	cs, err := kubernetes.NewForConfig(rest.AnonymousClientConfig(apiserver.Config(t)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := Start(ctx, cs, "gpu-9", Always)
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, "the refused list recorded", func() bool { return w.LastError() != nil })
+	assert.False(t, w.Synced())
+	msg := w.LastError().Error()
+	assert.True(t, strings.HasPrefix(msg, "node gpu-9: watch: "), msg)
+	assert.Regexp(t, "forbidden|Unauthorized", msg)
+}
