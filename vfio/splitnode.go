@@ -6,38 +6,37 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // NodeSplit is a mixed node's split as its own Node declares it: the
 // admin's names.VMGPUsAnnotation, followed by a watch of that Node alone
-// (internal/ownnode), and the daemon's report published back in
-// names.VMGPUsReportAnnotation.
+// (internal/ownnode/ownmeta: annotations are all it reads), and the
+// daemon's report published back in names.VMGPUsReportAnnotation.
 type NodeSplit struct {
-	client  kubernetes.Interface
+	client  ownmeta.NodeClient
 	node    string
-	pub     *ownnode.Publisher
+	pub     *ownmeta.Publisher
 	log     logr.Logger
 	changed chan struct{} // poked after the first read and on each change
 
 	mu      sync.Mutex
-	watch   *ownnode.Watcher // nil before Run started it
+	watch   *ownmeta.Watcher // nil before Run started it
 	synced  bool
 	value   string
 	present bool
 }
 
-// NewNodeSplit follows node's annotation through c; Run must run for the
-// declaration to be known.
-func NewNodeSplit(c kubernetes.Interface, node string, log logr.Logger) *NodeSplit {
+// NewNodeSplit follows node's annotation through c (the daemon's:
+// ownmeta.Metadata); Run must run for the declaration to be known.
+func NewNodeSplit(c ownmeta.NodeClient, node string, log logr.Logger) *NodeSplit {
 	return &NodeSplit{client: c, node: node, log: log, changed: make(chan struct{}, 1),
-		pub: &ownnode.Publisher{Client: c, Node: node, Annotation: names.VMGPUsReportAnnotation}}
+		pub: &ownmeta.Publisher{Patch: c.Patch, Node: node, Annotation: names.VMGPUsReportAnnotation}}
 }
 
 // Run watches the Node until ctx ends. Until the Node is first read the
@@ -45,8 +44,8 @@ func NewNodeSplit(c kubernetes.Interface, node string, log logr.Logger) *NodeSpl
 // server that cannot be reached leaves the last value in force, as does
 // the Node's deletion, while the watch is retried.
 func (n *NodeSplit) Run(ctx context.Context) {
-	w, err := ownnode.Start(ctx, n.client, n.node, func(old, cur *corev1.Node) bool {
-		return cur != nil && (old == nil || old.Annotations[names.VMGPUsAnnotation] != cur.Annotations[names.VMGPUsAnnotation])
+	w, err := ownmeta.Start(ctx, n.client, n.node, func(old, cur metav1.Object) bool {
+		return cur != nil && (old == nil || old.GetAnnotations()[names.VMGPUsAnnotation] != cur.GetAnnotations()[names.VMGPUsAnnotation])
 	})
 	if err != nil {
 		n.log.Error(err, "Cannot watch the Node", "node", n.node)
@@ -61,15 +60,17 @@ func (n *NodeSplit) Run(ctx context.Context) {
 			return
 		case <-w.Kick():
 		}
-		if node, ok := w.Node(); ok {
-			n.set(node)
+		if obj, ok := w.Get(); ok {
+			if node, ok := obj.(metav1.Object); ok {
+				n.set(node)
+			}
 		}
 	}
 }
 
 // set records a read of the Node, signalling a change of the value.
-func (n *NodeSplit) set(node *corev1.Node) {
-	value, present := node.Annotations[names.VMGPUsAnnotation]
+func (n *NodeSplit) set(node metav1.Object) {
+	value, present := node.GetAnnotations()[names.VMGPUsAnnotation]
 	n.mu.Lock()
 	changed := !n.synced || value != n.value || present != n.present
 	n.synced, n.value, n.present = true, value, present

@@ -13,10 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
@@ -61,7 +63,7 @@ func splitAnnotation(t *testing.T, cs kubernetes.Interface, node string) (wire.S
 
 // notRead runs ns until its declaration is an error containing want,
 // and checks that it publishes nothing meanwhile.
-func notRead(ctx context.Context, t *testing.T, ns *NodeSplit, want string) {
+func notRead(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns *NodeSplit, want string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,7 +75,7 @@ func notRead(ctx context.Context, t *testing.T, ns *NodeSplit, want string) {
 		return err != nil && strings.Contains(err.Error(), want)
 	})
 	ns.Publish(ctx, &ReadyReport{Ready: true})
-	n, getErr := ns.client.CoreV1().Nodes().Get(ctx, ns.node, metav1.GetOptions{})
+	n, getErr := cs.CoreV1().Nodes().Get(ctx, ns.node, metav1.GetOptions{})
 	if getErr == nil {
 		assert.NotContains(t, n.Annotations, names.VMGPUsReportAnnotation, "nothing published before the Node is read")
 	}
@@ -99,12 +101,16 @@ func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 	k, h := buildFixture(t, "hgx-h100")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	notRead(ctx, t, NewNodeSplit(cs, "gpu-absent", logr.Discard()), "node gpu-absent: annotation sandbox-gpu.io/vm-gpus: not read yet: no such Node")
-	anonymous, err := kubernetes.NewForConfig(rest.AnonymousClientConfig(cfg))
+	// The daemon's client: Node metadata only (kubeclient.Metadata).
+	mc, err := metadata.NewForConfig(cfg)
 	require.NoError(t, err)
-	notRead(ctx, t, NewNodeSplit(anonymous, node, logr.Discard()), `node gpu-1: annotation sandbox-gpu.io/vm-gpus: not read yet: node gpu-1: watch: failed to list *v1.Node: nodes "gpu-1" is forbidden`)
+	notRead(ctx, t, cs, NewNodeSplit(ownmeta.Metadata(mc), "gpu-absent", logr.Discard()), "node gpu-absent: annotation sandbox-gpu.io/vm-gpus: not read yet: no such Node")
+	anonymous, err := metadata.NewForConfig(rest.AnonymousClientConfig(cfg))
+	require.NoError(t, err)
+	notRead(ctx, t, cs, NewNodeSplit(ownmeta.Metadata(anonymous), node, logr.Discard()), `node gpu-1: annotation sandbox-gpu.io/vm-gpus: not read yet: node gpu-1: watch: `+
+		`failed to list *v1.PartialObjectMetadata: nodes "gpu-1" is forbidden`)
 
-	ns := NewNodeSplit(cs, node, logr.Discard())
+	ns := NewNodeSplit(ownmeta.Metadata(mc), node, logr.Discard())
 	go ns.Run(ctx)
 	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Resync: time.Hour, Log: logr.Discard(),
 		VMGPUsFrom: ns.Declaration(), OnReport: ns.Publish})

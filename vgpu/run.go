@@ -17,6 +17,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 )
 
 // RunOptions configure Run.
@@ -92,7 +93,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	r := &runner{o: o, stale: map[string]bool{}}
 	if o.Release {
-		r.publisher = &ownnode.Publisher{Client: o.Client, Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager)}
+		r.publisher = &ownmeta.Publisher{Patch: ownnode.Typed(o.Client).Patch, Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager)}
 	}
 	nw, err := ownnode.Watch(ctx, o.Client, o.NodeName, func(old, cur *corev1.Node) bool {
 		return old == nil || cur != nil && old.Labels[names.VGPUConfigLabel] != cur.Labels[names.VGPUConfigLabel]
@@ -141,7 +142,7 @@ type runner struct {
 	// repeated failure is not reported again.
 	lastEvent string
 	// publisher writes a release's report on the Node (release only).
-	publisher *ownnode.Publisher
+	publisher *ownmeta.Publisher
 	// locked: the release holds the host lock for its life.
 	locked bool
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
@@ -59,7 +60,7 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 				return podresources.Holders(ctx, pods)
 			}}
 		if release {
-			p := &ownnode.Publisher{Client: a.o.Client, Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
+			p := &ownmeta.Publisher{Patch: ownnode.Typed(a.o.Client).Patch, Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
 			o.OnReport = func(ctx context.Context, r *vfio.ReadyReport) {
 				if err := p.Publish(ctx, vfio.ReleaseReport(r).Encode()); err != nil && ctx.Err() == nil {
 					log.Error(err, "Cannot publish the release report")
@@ -68,7 +69,7 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 		} else {
 			// vfio-manager daemon --vm-gpus-from-node, as the operator
 			// deploys it: its own watch of the Node.
-			ns := vfio.NewNodeSplit(a.o.Client, a.o.Node, log.WithName("vm-gpus"))
+			ns := vfio.NewNodeSplit(ownnode.Typed(a.o.Client), a.o.Node, log.WithName("vm-gpus"))
 			go ns.Run(ctx)
 			o.VMGPUsFrom, o.OnReport = ns.Declaration(), ns.Publish
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -105,15 +105,15 @@ func daemonCommand() *shell.Command {
 // pod, no kubeconfig) or a node name they are only logged and served on
 // /readyz.
 func releasePublisher(env *shell.Env, node, kubeconfig string) func(context.Context, *vfio.ReadyReport) {
-	client, err := kubeclient.Clientset(kubeconfig)
-	if err == nil {
-		err = ownnode.Check("vfio-manager daemon --release", node, client)
+	client, err := kubeclient.Metadata(kubeconfig)
+	if err == nil && node == "" {
+		err = fmt.Errorf("no node name (set --node-name or NODE_NAME)")
 	}
 	if err != nil {
 		env.Log.Info("The release report is not published on the Node", "reason", err.Error())
 		return nil
 	}
-	p := &ownnode.Publisher{Client: client, Node: node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
+	p := &ownmeta.Publisher{Patch: ownmeta.Metadata(client).Patch, Node: node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
 	return func(ctx context.Context, rep *vfio.ReadyReport) {
 		if err := p.Publish(ctx, vfio.ReleaseReport(rep).Encode()); err != nil && ctx.Err() == nil {
 			env.Log.Error(err, "Cannot publish the release report")
@@ -127,9 +127,9 @@ func nodeSplit(env *shell.Env, node, kubeconfig string) (*vfio.NodeSplit, error)
 	if node == "" {
 		return nil, shell.Usagef("--vm-gpus-from-node: no node name (set --node-name or NODE_NAME)")
 	}
-	client, err := kubeclient.Clientset(kubeconfig)
+	client, err := kubeclient.Metadata(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--vm-gpus-from-node: node %s: %w", node, err)
 	}
-	return vfio.NewNodeSplit(client, node, env.Log.WithName("vm-gpus")), nil
+	return vfio.NewNodeSplit(ownmeta.Metadata(client), node, env.Log.WithName("vm-gpus")), nil
 }

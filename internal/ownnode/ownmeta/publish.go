@@ -1,14 +1,10 @@
-package ownnode
+package ownmeta
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Publisher writes one annotation of a daemon's own Node (a report of
@@ -17,7 +13,7 @@ import (
 // write. A failed write is sent again next time. It needs only the patch
 // verb on Nodes (a release daemon's RBAC), no watch.
 type Publisher struct {
-	Client     kubernetes.Interface
+	Patch      PatchFunc
 	Node       string
 	Annotation string
 
@@ -32,8 +28,8 @@ func (p *Publisher) Publish(ctx context.Context, value string) error {
 	if p == nil {
 		return nil
 	}
-	if p.Client == nil || p.Node == "" || p.Annotation == "" {
-		return fmt.Errorf("node %q: annotation %q: no client, node or annotation to publish with", p.Node, p.Annotation)
+	if p.Patch == nil || p.Node == "" || p.Annotation == "" {
+		return fmt.Errorf("node %q: annotation %q: no patch, node or annotation to publish with", p.Node, p.Annotation)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -44,7 +40,7 @@ func (p *Publisher) Publish(ctx context.Context, value string) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %s: %w", p.Node, p.Annotation, err)
 	}
-	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := p.Patch(ctx, p.Node, patch); err != nil {
 		return fmt.Errorf("node %s: publish %s: %w", p.Node, p.Annotation, err)
 	}
 	p.written, p.last = true, value

@@ -1,26 +1,24 @@
-package ownnode
+package ownmeta
 
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-
-	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
-// countPatches is a client of the test's API server that counts the
-// PATCH requests it sends.
-func countPatches(t *testing.T) (kubernetes.Interface, *atomic.Int32) {
+// countPatches is a client of the test's API server (typed, and metadata
+// as the daemon's) whose metadata client counts the PATCH requests it
+// sends.
+func countPatches(t *testing.T) (kubernetes.Interface, metadata.Interface, *atomic.Int32) {
 	t.Helper()
 	cfg := rest.CopyConfig(apiserver.Config(t))
 	var n atomic.Int32
@@ -32,9 +30,11 @@ func countPatches(t *testing.T) (kubernetes.Interface, *atomic.Int32) {
 			return rt.RoundTrip(r)
 		})
 	})
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(apiserver.Config(t))
 	require.NoError(t, err)
-	return cs, &n
+	mc, err := metadata.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cs, mc, &n
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -46,7 +46,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // value again sends nothing; a new value is written; a write that failed
 // (no such Node yet) names the node and is sent again next time.
 func TestPublisherWritesOnlyChanges(t *testing.T) {
-	cs, patches := countPatches(t)
+	cs, mc, patches := countPatches(t)
 	ctx := context.Background()
 	nodes := cs.CoreV1().Nodes()
 	create := func(name string) {
@@ -60,7 +60,7 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 		return n.Annotations
 	}
 	create("pub-1")
-	p := &Publisher{Client: cs, Node: "pub-1", Annotation: "sandbox-gpu.io/release-report.vfio-manager"}
+	p := &Publisher{Patch: Metadata(mc).Patch, Node: "pub-1", Annotation: "sandbox-gpu.io/release-report.vfio-manager"}
 	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
 	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
 	assert.Equal(t, int32(1), patches.Load(), "the same value is not written again")
@@ -69,7 +69,7 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 	assert.Equal(t, int32(2), patches.Load())
 	assert.Equal(t, `{"done":true}`, annotations("pub-1")["sandbox-gpu.io/release-report.vfio-manager"])
 
-	late := &Publisher{Client: cs, Node: "pub-late", Annotation: "a"}
+	late := &Publisher{Patch: Metadata(mc).Patch, Node: "pub-late", Annotation: "a"}
 	err := late.Publish(ctx, "v")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "node pub-late: publish a:")
@@ -79,22 +79,5 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 
 	var none *Publisher
 	require.NoError(t, none.Publish(ctx, "v"), "no publisher, nothing to write")
-	require.Error(t, (&Publisher{Node: "pub-1", Annotation: "a"}).Publish(ctx, "v"), "no client")
-}
-
-// TestStartNamesWhyNotSynced: Start returns at once; while the API server
-// refuses the list (here a client without credentials) the watcher is not
-// synced and LastError names the Node and the server's answer.
-func TestStartNamesWhyNotSynced(t *testing.T) {
-	cs, err := kubernetes.NewForConfig(rest.AnonymousClientConfig(apiserver.Config(t)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := Start(ctx, cs, "gpu-9", Always)
-	require.NoError(t, err)
-	testutil.Eventually(t, 10*time.Second, "the refused list recorded", func() bool { return w.LastError() != nil })
-	assert.False(t, w.Synced())
-	msg := w.LastError().Error()
-	assert.True(t, strings.HasPrefix(msg, "node gpu-9: watch: "), msg)
-	assert.Regexp(t, "forbidden|Unauthorized", msg)
+	require.Error(t, (&Publisher{Node: "pub-1", Annotation: "a"}).Publish(ctx, "v"), "no patch")
 }
