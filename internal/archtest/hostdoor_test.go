@@ -3,9 +3,7 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,32 +183,9 @@ func skipDir(rel, abs string) bool {
 // checkTree parses every non-test Go file of the product code under root
 // and applies the rules.
 func checkTree(root string) ([]finding, error) {
-	fset := token.NewFileSet()
 	var out []finding
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", p, err)
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if skipDir(rel, p) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
+	err := eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
 		out = append(out, checkFile(fset, rel, f)...)
-		return nil
 	})
 	return out, err
 }
