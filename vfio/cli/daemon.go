@@ -40,7 +40,7 @@ func daemonCommand() *shell.Command {
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp+"; the Node is read and written through it")
 			c.registerSplit(fs)
 			fs.BoolVar(&fromNode, "vm-gpus-from-node", false, "split the GPUs as this node's "+names.VMGPUsAnnotation+" annotation says (the --vm-gpus syntax; "+
-				"absent: every GPU), following its changes: the pod's service account gets, lists and watches its Node and patches the split's report into "+
+				"absent: every GPU), following its changes: the pod's service account lists and watches its Node (metadata only) and patches the split's report into "+
 				names.VMGPUsReportAnnotation+"; nothing moves until the Node is read")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
