@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/agenttest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/agenttest"
 )
 
 // vgpuResync is how often the demo's node daemons (the vGPU device manager

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 

@@ -30,10 +30,7 @@ type Options struct {
 	// policy's spec.imagePullSecrets are added, its imagePullPolicy wins).
 	ImagePullSecrets []string
 	ImagePullPolicy  corev1.PullPolicy
-	// OperandHostRoot is for tests only: operands that read the host read
-	// the simulated tree under it (operands.Options.HostRoot).
-	OperandHostRoot string
-	LeaderElection  bool
+	LeaderElection   bool
 	// MetricsAddr and HealthAddr: "0" turns them off.
 	MetricsAddr, HealthAddr string
 	// MetricsRegistry takes the operator's own metrics (nil:
@@ -85,7 +82,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := (&controllers.PolicyReconciler{Client: mgr.GetClient(), Metrics: m,
 		Operands: operands.Options{Namespace: o.Namespace, Registry: o.Registry, Version: o.Version,
-			ImagePullSecrets: o.ImagePullSecrets, ImagePullPolicy: o.ImagePullPolicy, HostRoot: o.OperandHostRoot}}).SetupWithManager(mgr); err != nil {
+			ImagePullSecrets: o.ImagePullSecrets, ImagePullPolicy: o.ImagePullPolicy}}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&controllers.KubeVirtReconciler{Client: mgr.GetClient(), Metrics: m}).SetupWithManager(mgr); err != nil {

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
 )
 
 // BenchmarkRSS: the plugin's resident memory on the simulated HGX host once

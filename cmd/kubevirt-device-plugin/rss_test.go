@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
 )
 
 // systemPCIIDs is Debian's pci.ids (apt-get install pci.ids), the file the

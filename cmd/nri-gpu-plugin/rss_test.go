@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
@@ -34,17 +32,7 @@ func BenchmarkRSS(b *testing.B) {
 	rt := nritest.StartRuntime(b, dir, "v2.4.2")
 	var rss int64
 	for n := 0; n < b.N; n++ {
-		var stderr bytes.Buffer
-		cmd := exec.Command(bin, "--nri-socket", rt.Socket, "--pod-resources-socket", kubelet.Socket(), "--cdi-dir", cdiDir)
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			if b.Failed() {
-				b.Logf("plugin stderr:\n%s", stderr.String())
-			}
-		})
+		p := proc.StartProgram(b, bin, "--nri-socket", rt.Socket, "--pod-resources-socket", kubelet.Socket(), "--cdi-dir", cdiDir)
 		rt.WaitJoined(b, n+1, 20*time.Second)
 		for i := 0; i < 100; i++ {
 			name := fmt.Sprintf("job-%d-%d", n, i)
@@ -52,20 +40,15 @@ func BenchmarkRSS(b *testing.B) {
 			sb := &api.PodSandbox{Id: "sb-" + name, Name: name, Namespace: "ml", Linux: &api.LinuxPodSandbox{}}
 			a, err := rt.Create(sb, &api.Container{Id: "c-" + name, Name: "main", Linux: &api.LinuxContainer{}})
 			if err != nil || len(a.GetCDIDevices()) != 1 {
-				b.Fatalf("injection: %v %v\n%s", a, err, stderr.String())
+				b.Fatalf("injection: %v %v", a, err)
 			}
 		}
-		r, err := kubelettest.RSS(cmd.Process.Pid)
+		r, err := proc.RSS(p.Cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
 		rss = max(rss, r)
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
+		p.Stop(b, 20*time.Second)
 	}
 	b.ReportMetric(float64(rss)/(1<<20), "RSS-MiB")
 }

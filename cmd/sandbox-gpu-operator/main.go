@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -55,13 +54,6 @@ func program() *shell.Program {
 					}
 					return fmt.Errorf("want Always, IfNotPresent or Never, got %q", v)
 				})
-				fs.Func("operand-host-root", "FOR TESTS ONLY: operands that read the host mount DIR/sys, DIR/dev and DIR/proc and read them instead of the node's (a simulated host)", func(v string) error {
-					if !path.IsAbs(v) || path.Clean(v) != v {
-						return fmt.Errorf("want a clean absolute path, got %q", v)
-					}
-					o.OperandHostRoot = v
-					return nil
-				})
 				fs.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among operator replicas")
 				fs.Float64Var(&qps, "kube-api-qps", controllers.DefaultQPS, "API requests per second (client-side limit)")
 				fs.IntVar(&burst, "kube-api-burst", controllers.DefaultBurst, "API request burst (client-side limit)")
@@ -83,9 +75,6 @@ func program() *shell.Program {
 				go func() { synced.Store(mgr.GetCache().WaitForCacheSync(ctx)) }()
 				env.Log.Info("Starting sandbox-gpu-operator", "namespace", o.Namespace, "leaderElect", o.LeaderElection,
 					"registry", o.Registry, "operandVersion", o.Version, "imagePullSecrets", o.ImagePullSecrets, "imagePullPolicy", o.ImagePullPolicy)
-				if o.OperandHostRoot != "" {
-					env.Log.Info("Operands read a simulated host: this is a test setup", "operandHostRoot", o.OperandHostRoot)
-				}
 				return mgr.Start(ctx)
 			}}, uninstallCommand()}}
 }

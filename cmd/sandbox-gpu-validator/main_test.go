@@ -4,25 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
 
@@ -49,33 +44,12 @@ func TestHelpListsDiscover(t *testing.T) {
 	}
 }
 
-// kubeconfig writes a kubeconfig file for cfg.
-func kubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	kc.CurrentContext = "envtest"
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // The shipped binary wires the root flags into the host model: pointed at
 // a simulated HGX H100 tree it labels its Node with 8 GPUs, and it exits 0
 // on SIGTERM. (A separate process: the shell sets klog's global logger,
 // which the test's own client would read at the same time.)
 func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
-	testutil.EnvtestAssets(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := apiserver.Start(t)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,21 +61,8 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	k, _ := hostsim.NewHost(t, "hgx-h100")
 	o := k.Options()
 	bin := testutil.BuildBinary(t, ".")
-	var stderr testutil.SyncBuffer
-	cmd := exec.Command(bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
+	p := proc.StartProgram(t, bin, "discover", "--kubeconfig", apiserver.Kubeconfig(t, cfg), "--node-name", "hgx-1",
 		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("discover's stderr:\n%s", stderr.String())
-		}
-	})
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	testutil.Eventually(t, 30*time.Second, "hgx-1 labelled with 8 GPUs", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "hgx-1", metav1.GetOptions{})
 		return err == nil && n.Labels[names.GPUPresentLabel] == "true" && n.Labels[names.GPUCountLabel] == "8"
@@ -109,17 +70,7 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	// The labels show in the API before the agent's patch call has returned and logged: wait
 	// for the log line too, or SIGTERM cancels the call in flight (CI saw that once).
 	testutil.Eventually(t, 30*time.Second, "the JSON log line of the labelling", func() bool {
-		return strings.Contains(stderr.String(), `"Labelled node"`)
+		return strings.Contains(p.Out.String(), `"Labelled node"`)
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit within 30s of SIGTERM")
-	}
+	p.Stop(t, 30*time.Second)
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,14 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	sharedapi "github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -49,13 +44,9 @@ func BenchmarkRSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	bin := buildStripped(b)
-	kubeconfig := writeKubeconfig(b, cfg)
+	kubeconfig := sharedapi.Kubeconfig(b, cfg)
 	for _, c := range daemonCases() {
-		b.Run(c.name, func(b *testing.B) {
-			measureDaemon(b, cs, bin, c, func(args []string) *exec.Cmd {
-				return exec.Command(bin, append(args, "--kubeconfig", kubeconfig)...)
-			})
-		})
+		b.Run(c.name, func(b *testing.B) { measureDaemon(b, cs, bin, c, "--kubeconfig", kubeconfig) })
 	}
 }
 
@@ -96,27 +87,11 @@ func buildStripped(b *testing.B) string {
 	return out
 }
 
-// writeKubeconfig writes cfg (the test API server, client certificates)
-// as a kubeconfig file.
-func writeKubeconfig(b *testing.B, cfg *rest.Config) string {
-	b.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	kc.CurrentContext = "x"
-	path := filepath.Join(b.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		b.Fatal(err)
-	}
-	return path
-}
-
-// measureDaemon runs the daemon of c b.N times, each on a fresh simulated
-// host and Node, the process built by start from its arguments, and
-// reports its RSS once started and once reported, and the binary's size.
-// The daemon must exit 0 on SIGTERM.
-func measureDaemon(b *testing.B, cs kubernetes.Interface, bin string, c daemonCase, start func(args []string) *exec.Cmd) {
+// measureDaemon runs the daemon of c (with the extra arguments) b.N
+// times, each on a fresh simulated host and Node, and reports its RSS once
+// started and once reported, and the binary's size. The daemon must exit 0
+// on SIGTERM.
+func measureDaemon(b *testing.B, cs kubernetes.Interface, bin string, c daemonCase, extra ...string) {
 	st, err := os.Stat(bin)
 	if err != nil {
 		b.Fatal(err)
@@ -137,54 +112,29 @@ func measureDaemon(b *testing.B, cs kubernetes.Interface, bin string, c daemonCa
 		addr := freeAddr(b)
 		args := append(append([]string{"daemon"}, c.args...), "--node-name", node, "--ready-dir", b.TempDir(), "--health-addr", addr,
 			"--pod-resources-socket", "", "--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--modules-dir", o.ModulesDir)
-		cmd := start(args)
-		var logs bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		fail := func(format string, args ...any) {
-			b.Helper()
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			b.Fatalf("%s\ndaemon log:\n%s", fmt.Sprintf(format, args...), logs.String())
-		}
+		p := proc.StartProgram(b, bin, append(args, extra...)...)
 		rss := func() int64 {
-			n, err := kubelettest.RSS(cmd.Process.Pid)
+			n, err := proc.RSS(p.Cmd.Process.Pid)
 			if err != nil {
-				fail("%v", err)
+				b.Fatal(err)
 			}
 			return n
 		}
-		if !poll(20*time.Second, func() bool {
+		testutil.Eventually(b, 20*time.Second, "/healthz on "+addr, func() bool {
 			resp, err := http.Get("http://" + addr + "/healthz")
 			if err != nil {
 				return false
 			}
 			_ = resp.Body.Close()
 			return resp.StatusCode == http.StatusOK
-		}) {
-			fail("no /healthz on %s within 20s", addr)
-		}
+		})
 		started += rss()
-		var last string
-		if !poll(30*time.Second, func() bool {
+		testutil.Eventually(b, 30*time.Second, "node "+node+": a finished report in "+c.report, func() bool {
 			n, err := nodes.Get(ctx, node, metav1.GetOptions{})
-			if err != nil {
-				return false
-			}
-			last = n.Annotations[c.report]
-			return c.done(last)
-		}) {
-			fail("node %s: no finished report in %s within 30s (last %q)", node, c.report, last)
-		}
+			return err == nil && c.done(n.Annotations[c.report])
+		})
 		reported += rss()
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			fail("%v", err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Fatalf("the daemon did not exit 0 on SIGTERM: %v\n%s", err, logs.String())
-		}
+		p.Stop(b, 10*time.Second)
 	}
 	b.ReportMetric(float64(started)/float64(b.N)/(1<<20), "RSS-start-MiB")
 	b.ReportMetric(float64(reported)/float64(b.N)/(1<<20), "RSS-reported-MiB")
@@ -200,14 +150,4 @@ func freeAddr(b *testing.B) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// poll calls cond every 50ms until it holds or the timeout passes.
-func poll(timeout time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }

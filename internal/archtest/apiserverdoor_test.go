@@ -5,10 +5,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"maps"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -143,22 +141,8 @@ func checkAPITree(root string) ([]finding, error) {
 // slash path from root.
 func eachProductFile(root string, fn func(fset *token.FileSet, rel string, f *ast.File)) error {
 	fset := token.NewFileSet()
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", p, err)
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if skipDir(rel, p) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+	return walkGoFiles(root, skipDir, func(rel, p string) error {
+		if strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)

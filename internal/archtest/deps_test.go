@@ -52,6 +52,8 @@ func forbiddenDep(p string) string {
 		return "the simulated kernel"
 	case under(modulePath) && (strings.HasSuffix(path.Base(p), "test") || strings.HasSuffix(path.Base(p), "testutil")):
 		return "a test helper package of ours"
+	case under(kitPath):
+		return "the test kit"
 	case slices.ContainsFunc(testLibraries(), under):
 		return "a test library"
 	}
@@ -138,12 +140,12 @@ func TestShippedCommandsLinkNoTestCode(t *testing.T) {
 
 func TestForbiddenDep(t *testing.T) {
 	for p, bad := range map[string]bool{
-		"testing":                     true,
-		"testing/fstest":              true,
-		"net/http/httptest":           true,
-		modulePath + "/host/hostsim":  true,
-		modulePath + "/vfio/vfiotest": true,
-		modulePath + "/internal/deviceplugin/kubelettest": true,
+		"testing":                                         true,
+		"testing/fstest":                                  true,
+		"net/http/httptest":                               true,
+		modulePath + "/host/hostsim":                      true,
+		modulePath + "/vfio/vfiotest":                     true,
+		modulePath + "/internal/testutil/kubelettest":     true,
 		modulePath + "/nri/nritest":                       true,
 		modulePath + "/internal/testutil":                 true,
 		"github.com/stretchr/testify/require":             true,

@@ -99,7 +99,8 @@ func TestCheckTreeSkipsWhatIsNotProductCode(t *testing.T) {
 	}
 	for _, rel := range []string{
 		"a/a_test.go", "host/host.go", "host/hostsim/sim.go", "test/cluster/c.go", "hack/noskip/main.go",
-		"vfio/vfiotest/v.go", "internal/deviceplugin/kubelettest/k.go", "internal/testutil/u.go", "nri/nritest/n.go",
+		"vfio/vfiotest/v.go", "internal/testutil/kubelettest/k.go", "internal/testutil/u.go", "nri/nritest/n.go",
+		"internal/testutil/proc/p.go", "internal/testutil/e2e/e.go",
 		"sub/x.go", "a/testdata/x.go", ".cache/x.go", "_old/x.go", "vendor/v/v.go", "a/notes.txt",
 	} {
 		write(rel, bad)

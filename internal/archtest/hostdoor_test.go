@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -162,14 +163,14 @@ func devLiteral(expr ast.Expr) string {
 // skipDir says whether a folder (slash path from the module root) is no
 // product code of this module to check: package host itself (the one
 // door, hostsim included), separate modules and tools (test/, hack/ and
-// any folder with its own go.mod), test helper packages (*test,
-// *testutil), and data, vendored and hidden folders.
+// any folder with its own go.mod), the test kit and test helper packages
+// (*test, *testutil), and data, vendored and hidden folders.
 func skipDir(rel, abs string) bool {
 	base := filepath.Base(rel)
 	switch {
 	case rel == ".":
 		return false
-	case slices.Contains([]string{"host", "test", "hack"}, rel):
+	case slices.Contains([]string{"host", "test", "hack", strings.TrimPrefix(kitPath, modulePath+"/")}, rel):
 		return true
 	case strings.HasSuffix(base, "test") || strings.HasSuffix(base, "testutil"):
 		return true
@@ -188,6 +189,32 @@ func checkTree(root string) ([]finding, error) {
 		out = append(out, checkFile(fset, rel, f)...)
 	})
 	return out, err
+}
+
+// walkGoFiles calls visit with each Go file under root (its slash path from
+// root, and its path), leaving out the folders skip says (slash path from
+// root, and path).
+func walkGoFiles(root string, skip func(rel, abs string) bool, visit func(rel, abs string) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", p, err)
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if skip(rel, p) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") {
+			return nil
+		}
+		return visit(rel, p)
+	})
 }
 
 // allowed is a place where a rule does not apply, and why.

@@ -15,9 +15,9 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/kubelettest"
 )
 
 // TestReadyzFollowsTheManager: /readyz is the manager's state now, not a

@@ -1,4 +1,17 @@
-// Package testutil holds helpers every package's tests share.
+// Package testutil is the root of the test kit: the harnesses more than one part uses, for the
+// product module's tests, the demo and the test/ module's suites. Here are the helpers every
+// package's tests share (polling with a deadline, files, binaries built for a test, a peer that
+// is missing); below it, one package per concern:
+//
+//   - proc: the one process runner (own process group, output collected, exit 0 on SIGTERM, RSS)
+//   - apiserver: a package's real kube-apiserver and etcd (envtest), started on first use
+//   - kubelettest: the kubelet's device-plugin registration service, for device plugins
+//   - agenttest: GPU nodes played in process (operands on simulated hosts, a stand-in kubelet)
+//   - e2e, containerdconf, mountinfo: what the end-to-end suites of test/ share
+//
+// A fake of one subject stays beside it (host/hostsim, vfio/vfiotest, nri/nritest,
+// internal/podresources/podresourcestest); internal/archtest keeps both rules (kit_test.go) and
+// keeps the kit out of every shipped binary.
 package testutil
 
 import (

@@ -1,10 +1,7 @@
 package controllers
 
 import (
-	"bytes"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,8 +9,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin/kubelettest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 )
 
 // BenchmarkOperatorRSS runs the sandbox-gpu-operator binary against envtest
@@ -43,24 +40,19 @@ func BenchmarkOperatorRSS(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		var logs bytes.Buffer
-		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--health-addr=")
-		cmd.Stderr = &logs
 		start := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
+		p := proc.StartProgram(b, bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--health-addr=")
 		waitConverged(b, "rss-", nodes, time.Now().Add(15*time.Minute), func() string {
-			_ = cmd.Process.Kill()
-			return "operator log:\n" + logs.String()
+			return "operator log:\n" + p.Out.String()
 		})
 		b.ReportMetric(time.Since(start).Seconds(), "s-to-converge")
-		rss, err := kubelettest.RSS(cmd.Process.Pid)
+		rss, err := proc.RSS(p.Cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(rss)/(1<<20), "RSS-MiB")
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		if err := p.Terminate(30 * time.Second); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -6,7 +6,6 @@ package operands
 import (
 	_ "embed"
 	"fmt"
-	"path"
 	"slices"
 	"sort"
 
@@ -34,11 +33,6 @@ type Options struct {
 	// ImagePullPolicy of every operand container ("": the cluster's
 	// default); the policy's spec.imagePullPolicy wins when set.
 	ImagePullPolicy corev1.PullPolicy
-	// HostRoot is for tests only: the operands that read the host mount
-	// <HostRoot>/sys, /dev and /proc (at those same paths) and get
-	// --sysfs-root, --dev-root and --proc-root pointing there, instead of
-	// the node's /sys and /dev. "" (production) leaves them as they are.
-	HostRoot string
 	// OSTag is the vm-vgpu nodes' OS as the GPU Operator names it
 	// (ubuntu22.04: Node Feature Discovery's os_release ID and VERSION_ID),
 	// appended to a bare vGPU host driver version; "" when unknown.
@@ -71,7 +65,7 @@ type builder struct {
 var builders = map[string]builder{
 	names.VFIOManager: {binary: "vfio-manager", privileged: true,
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
-		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
+		customize: func(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
 			// It splits the GPUs as its Node's sandbox-gpu.io/vm-gpus
 			// says (absent: every GPU), which it reads and watches with
@@ -83,7 +77,7 @@ var builders = map[string]builder{
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
-			vfioManager(ds, p, o, VFIOManagerPort)
+			vfioManager(ds, p, VFIOManagerPort)
 		}},
 	names.ReleaseOperand(names.VFIOManager): {binary: "vfio-manager", privileged: true, releases: names.VFIOManager,
 		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
@@ -93,8 +87,8 @@ var builders = map[string]builder{
 		customize: vgpuRelease},
 	names.KubeVirtDevicePlugin: {binary: "kubevirt-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.SandboxDevicePlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
-			devicePlugin(ds, o)
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
+			devicePlugin(ds)
 			// It pauses on the vGPU device manager's files and keeps its
 			// permittedHostDevices in its own folder.
 			readRun(ds, names.VGPUDeviceManager)
@@ -102,8 +96,8 @@ var builders = map[string]builder{
 		}},
 	names.KataDevicePlugin: {binary: "kata-device-plugin",
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.KataSandboxDevicePlugin },
-		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
-			devicePlugin(ds, o)
+		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
+			devicePlugin(ds)
 			// Its specs go to a folder of its own (KataCDIDir), never one
 			// where NVIDIA's spec is (nvidia-ctk writes /etc/cdi,
 			// nvidia-cdi-refresh /var/run/cdi): containerd reads it when
@@ -122,12 +116,6 @@ var builders = map[string]builder{
 				hooks = v1alpha1.CDIHooksNVIDIA
 			}
 			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
-			if o.HostRoot != "" {
-				// Tests: the GPU specs' host paths name the simulated
-				// node's device nodes (the CDI policy checks them there;
-				// the plugin opens none, so nothing is mounted).
-				c.Args = append(c.Args, "--dev-root="+path.Join(o.HostRoot, "dev"))
-			}
 			if o.KataRuntimeHandler != "" {
 				// Kata's pods, decided by the handler of the policy's
 				// RuntimeClass, not by a name pattern.
@@ -229,9 +217,6 @@ func Build(operand string, p *v1alpha1.SandboxGPUPolicySpec, o Options) (*appsv1
 	if !ok {
 		return nil, fmt.Errorf("unknown operand %q", operand)
 	}
-	if o.HostRoot != "" && (!path.IsAbs(o.HostRoot) || path.Clean(o.HostRoot) != o.HostRoot) {
-		return nil, fmt.Errorf("operand %s: host root %q is not a clean absolute path", operand, o.HostRoot)
-	}
 	ds := &appsv1.DaemonSet{}
 	if err := yaml.UnmarshalStrict(baseManifest, ds); err != nil {
 		return nil, fmt.Errorf("embedded manifest: %w", err)
@@ -287,19 +272,13 @@ func apiAccess(ds *appsv1.DaemonSet, operand string) {
 	ds.Spec.Template.Spec.AutomountServiceAccountToken = &on
 }
 
-func devicePlugin(ds *appsv1.DaemonSet, o Options) {
+func devicePlugin(ds *appsv1.DaemonSet) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Args = append(c.Args, "--health-addr=:8084")
-	if o.HostRoot != "" {
-		// The runtime finds the simulated device nodes where the tree is.
-		c.Args = append(c.Args, "--node-dev-root="+path.Join(o.HostRoot, "dev"))
-	}
 	probe(c, "/readyz", 8084)
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
-	hostRoots(ds, o, false, func() {
-		mount(ds, "sys", "/sys", true)
-		mount(ds, "dev-vfio", "/dev/vfio", true)
-	})
+	mount(ds, "sys", "/sys", true)
+	mount(ds, "dev-vfio", "/dev/vfio", true)
 	readRun(ds, names.VFIOManager) // waits for the VFIO manager's ready file
 }
 

@@ -2,7 +2,6 @@ package operands
 
 import (
 	"fmt"
-	"path"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -56,45 +55,6 @@ func APIClients() []string {
 // /metrics port (the default of sandbox-gpu-validator discover).
 const DiscoveryPort = 8086
 
-// hostRootMount is a folder of a simulated host tree (Options.HostRoot):
-// its volume and the root flag it is handed to.
-type hostRootMount struct{ volume, dir, flag string }
-
-func hostRootMounts() []hostRootMount {
-	return []hostRootMount{{"host-sys", "sys", "--sysfs-root"}, {"host-dev", "dev", "--dev-root"}, {"host-proc", "proc", "--proc-root"}}
-}
-
-// hostRoots gives an operand that reads the host its host folders. In
-// production (no Options.HostRoot) prod mounts the node's own folders as it
-// always did and the binaries keep their default roots (/sys, /dev,
-// /proc). With Options.HostRoot (tests) the simulated tree's sys, dev and
-// proc folders are mounted at the same paths in the container (its symbolic
-// links and the device paths the plugins report then resolve the same
-// inside and outside) and the root flags point there; proc is read-only,
-// sys and dev are writable only where the operand writes them (writable).
-// The folders must exist (HostPathDirectory): a missing tree shows up as a
-// pod event instead of an empty folder.
-func hostRoots(ds *appsv1.DaemonSet, o Options, writable bool, prod func()) {
-	if o.HostRoot == "" {
-		prod()
-		return
-	}
-	c := &ds.Spec.Template.Spec.Containers[0]
-	for _, m := range hostRootMounts() {
-		p := path.Join(o.HostRoot, m.dir)
-		mountAt(ds, m.volume, p, corev1.HostPathDirectory, !writable || m.dir == "proc")
-		c.Args = append(c.Args, m.flag+"="+p)
-	}
-}
-
-// mountAt mounts the host folder p at the same path in the container.
-func mountAt(ds *appsv1.DaemonSet, name, p string, t corev1.HostPathType, readOnly bool) {
-	ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: name,
-		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p, Type: &t}}})
-	c := &ds.Spec.Template.Spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: readOnly})
-}
-
 // pullWith sets the pull secrets (the operator's, then the policy's, then
 // the operand's own, each once) and the pull policy (the policy's over the
 // operator's) of the pod.
@@ -121,7 +81,7 @@ func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options,
 // deploy label; non-root (the validator image's user) with sysfs
 // read-only; with its own service account's token, since it labels its
 // Node.
-func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
+func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	c.Args = []string{"discover", fmt.Sprintf("--health-addr=:%d", DiscoveryPort)}
@@ -129,6 +89,6 @@ func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options
 	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	nonRoot := true
 	spec.SecurityContext.RunAsNonRoot = &nonRoot
-	hostRoots(ds, o, false, func() { mount(ds, "sys", "/sys", true) })
+	mount(ds, "sys", "/sys", true)
 	probe(c, "/readyz", DiscoveryPort)
 }

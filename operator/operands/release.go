@@ -29,7 +29,7 @@ const PodResourcesSocket = PodResourcesDir + "/kubelet.sock"
 // (modules.alias), and the
 // kubelet's PodResources (read-only: a function allocated to a pod that
 // has not opened it yet counts as in use), its /readyz as the probe.
-func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options, port int32) {
+func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, port int32) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	if v := p.VFIOManager.Vendor; v != "" {
 		c.Args = append(c.Args, "--vendor="+v)
@@ -40,10 +40,8 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 	c.Args = append(c.Args, "--pod-resources-socket="+PodResourcesSocket)
 	ds.Spec.Template.Spec.HostPID = true // in-use checks read every process's open files
 	ds.Spec.Template.Spec.HostNetwork = true
-	hostRoots(ds, o, true, func() {
-		mount(ds, "sys", "/sys", false)
-		mount(ds, "dev", "/dev", false)
-	})
+	mount(ds, "sys", "/sys", false)
+	mount(ds, "dev", "/dev", false)
 	mount(ds, "run", names.WriterDir(names.VFIOManager), false)
 	mount(ds, "modules", "/lib/modules", true)
 	mount(ds, "pod-resources", PodResourcesDir, true)
@@ -53,20 +51,20 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Optio
 // vfioRelease shapes `vfio-manager daemon --release`: every function of
 // the vendor back to its host driver, ready once none is left on vfio; it
 // publishes its report on its own Node (a token, the node name).
-func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
+func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
 	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=%s:%d", LoopbackHost, VFIOReleasePort)}
-	vfioManager(ds, p, o, VFIOReleasePort)
+	vfioManager(ds, p, VFIOReleasePort)
 }
 
 // vgpuRelease shapes `vgpu-device-manager run --release`: every vGPU
 // removed and the VFs disabled, never one in use (processes and the
 // kubelet's PodResources); no config; the report on its own Node.
-func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, o Options) {
+func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", fmt.Sprintf("--health-addr=:%d", VGPUReleasePort)}
-	vgpuHost(ds, o)
+	vgpuHost(ds)
 	mount(ds, "pod-resources", PodResourcesDir, true)
 	probe(c, "/readyz", VGPUReleasePort)
 }

@@ -51,7 +51,7 @@ func VGPUConfigMap(p *v1alpha1.SandboxGPUPolicySpec) string {
 // users in every process's open files (host PID namespace) and in the
 // kubelet's PodResources (read-only), and keeps its pause and ready files in
 // its own run folder for the KubeVirt device plugin and the validator.
-func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options) {
+func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
 	def := p.VGPUDeviceManager.Config.Default
@@ -60,7 +60,7 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 	}
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
-	vgpuHost(ds, o)
+	vgpuHost(ds)
 	mount(ds, "pod-resources", PodResourcesDir, true)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
@@ -72,12 +72,10 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o
 // the host: its processes' open files (host PID namespace), sysfs and /dev
 // writable, and its own run folder (names.WriterDir) for the lock, pause
 // and ready files, the only pods that mount it writable.
-func vgpuHost(ds *appsv1.DaemonSet, o Options) {
+func vgpuHost(ds *appsv1.DaemonSet) {
 	ds.Spec.Template.Spec.HostPID = true
-	hostRoots(ds, o, true, func() {
-		mount(ds, "sys", "/sys", false)
-		mount(ds, "dev", "/dev", false)
-	})
+	mount(ds, "sys", "/sys", false)
+	mount(ds, "dev", "/dev", false)
 	mount(ds, "run", names.WriterDir(names.VGPUDeviceManager), false)
 }
 
@@ -91,8 +89,7 @@ func vgpuHost(ds *appsv1.DaemonSet, o Options) {
 // with the host, Bidirectional), sets the firmware search path under it,
 // and enables the SR-IOV VFs of every GPU (sriov-manage -e ALL). It runs
 // privileged, in the host's PID and IPC namespaces, with a writable root
-// (the installer writes it), and takes none of our root flags
-// (Options.HostRoot leaves it alone). NVIDIA's DaemonSet has no probe (the
+// (the installer writes it), and takes none of our root flags. NVIDIA's DaemonSet has no probe (the
 // GPU Operator's validator gates the next operands); ours: the startup
 // probe passes once the daemon runs, the modules are loaded, the driver
 // root is mounted and every SR-IOV capable GPU on the nvidia driver has

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 	"github.com/sandbox-gpu/sandbox-gpu/test/internal/cluster"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"

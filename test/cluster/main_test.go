@@ -7,7 +7,9 @@
 // The node is a simulated GPU host (test/internal/simnode: hostsim's "a10" fixture, its sys/ served
 // over FUSE in the node's mount namespace, so the operands' sysfs writes take effect), and the
 // project's images (bin/images/*.tar, from `make images`) are imported into containerd: TestSandboxGPU
-// installs the Helm chart on it and takes the node through its configs (system_test.go).
+// installs the Helm chart on it and takes the node through its configs (system_test.go). The chart
+// and the operator's DaemonSets are the production ones; a mutating webhook of this test process
+// (simulatedHostWebhook) puts each operand pod on the simulated host as it is created.
 //
 // Missing parts (or not being root) fail every test, saying how to install them (make test-deps);
 // missing images or FUSE fail the tests that need them (make images). Only the house-wide

@@ -60,11 +60,18 @@ func TestSandboxGPU(t *testing.T) {
 			r, err := restarts(ctx, c)
 			require.NoError(t, err)
 			require.Empty(t, r, "after step %s: no container of the product restarted", name)
+			require.NoError(t, pollTrue(ctx, stepWithin, func() (bool, error) {
+				moved, err := onSimulatedHost(ctx, c, n.Root())
+				if err == nil && moved == 0 && name != "install" {
+					err = fmt.Errorf("no operand pod on the simulated host")
+				}
+				return err == nil, err
+			}), "after step %s: the operator's DaemonSets are the production ones, their pods on the simulated host", name)
 		}
 		t.Logf("step %s: %v", name, time.Since(start).Round(time.Millisecond))
 	}
 	step("install", func(t *testing.T) {
-		require.NoError(t, rel.install(ctx, chartValues(n, "kubevirt")))
+		require.NoError(t, rel.install(ctx, chartValues("kubevirt")))
 		_, err := waitPodReady(ctx, c, names.OperandLabel+"=sandbox-gpu-operator", installWithin)
 		require.NoError(t, err, "the operator")
 	})
@@ -96,12 +103,12 @@ func TestSandboxGPU(t *testing.T) {
 }
 
 // chartValues are the release's values: sandbox workloads on in mode, nodes containers by default,
-// images never pulled (imported), the operands reading the simulated host.
-func chartValues(n *simnode.Node, mode string) map[string]any {
+// images never pulled (imported). Nothing in them is about the simulated host: the suite's webhook
+// puts the operand pods on it (simulatedHostWebhook).
+func chartValues(mode string) map[string]any {
 	return map[string]any{
 		"operator":         map[string]any{"imagePullPolicy": string(corev1.PullNever)},
 		"sandboxWorkloads": map[string]any{"enabled": true, "mode": mode, "defaultWorkload": "container"},
-		"testing":          map[string]any{"hostRoot": n.Root()},
 		// NVIDIA's device plugin image cannot be pulled here: the container node's nvidia.com/gpu
 		// comes from the suite's stand-in plugin, as where the GPU Operator's container stack runs it.
 		"devicePlugin": map[string]any{"enabled": false},
@@ -219,7 +226,7 @@ func kataMode(ctx context.Context, t *testing.T, c *cluster.Cluster, n *simnode.
 		defer cancel()
 		assert.NoError(t, c.Client.NodeV1().RuntimeClasses().Delete(ctx, rc.Name, metav1.DeleteOptions{}), "delete RuntimeClass %s", rc.Name)
 	})
-	require.NoError(t, rel.upgrade(ctx, chartValues(n, "kata")))
+	require.NoError(t, rel.upgrade(ctx, chartValues("kata")))
 	setNodeLabel(ctx, t, c, names.WorkloadConfigLabel, ptr.To("vm-passthrough"))
 	_, err = waitOperandReady(ctx, c, names.KataDevicePlugin, operandWithin)
 	require.NoError(t, err)

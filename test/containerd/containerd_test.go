@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/containerdconf"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/containerdconf"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -43,7 +44,7 @@ type daemon struct {
 
 // daemonRun is one containerd process.
 type daemonRun struct {
-	*e2e.Proc
+	*proc.Proc
 	log   *e2e.SyncBuffer
 	start time.Time
 }
@@ -124,7 +125,7 @@ func (d *daemon) start(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PATH="+d.env.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	var err error
-	r.Proc, err = e2e.Start(cmd)
+	r.Proc, err = proc.Start(cmd)
 	require.NoError(t, err, "start containerd")
 	d.runs = append(d.runs, r)
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 )
 
 const (

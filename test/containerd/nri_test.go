@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources/podresourcestest"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +30,7 @@ func TestPlugin(t *testing.T) {
 	kl.SetAllocatable(cdiKind, "0", "1", "2")
 	require.NoError(t, kl.Start())
 	t.Cleanup(func() { assert.NoError(t, kl.Stop(), "PodResources server") })
-	p := e2e.StartProgram(t, bin, pluginArgs(d, kl)...)
+	p := proc.StartProgram(t, bin, pluginArgs(d, kl)...)
 	waitConnected(t, d, p)
 	const ns = "gpu-test"
 

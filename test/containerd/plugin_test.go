@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources/podresourcestest"
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 )
 
 const (
@@ -107,7 +108,7 @@ func pluginArgs(d *daemon, k *podresourcestest.Kubelet) []string {
 // waitConnected waits until the running containerd logs that the plugin (by its index) connected
 // and synchronized: containerd's NRI adaptation logs `plugin "<index>-<name>" connected and
 // synchronized` at info level once the plugin has registered and answered Synchronize.
-func waitConnected(t *testing.T, d *daemon, p *e2e.Program) {
+func waitConnected(t *testing.T, d *daemon, p *proc.Program) {
 	t.Helper()
 	start := time.Now()
 	r := d.current()

@@ -299,32 +299,17 @@ func operatorAdmission(t *testing.T) {
 	}
 	waitAllowed(t, "an eviction once the policy sets drain.evict", evict)
 
-	// A simulated host (the chart's testing.hostRoot, the cluster suite's): its sys, dev and proc too, no
-	// other folder under it.
+	// A simulated host's folders (the cluster suite's, which puts its operand pods there in admission,
+	// never in the DaemonSets) are no operand's: the operator cannot mount them.
 	const sim = "/var/tmp/simhost"
-	simDS := func(operand string) *appsv1.DaemonSet {
-		ds, err := operands.Build(operand, spec, operands.Options{Namespace: releaseNamespace, Registry: "ghcr.io/sandbox-gpu",
-			Version: appVersion(t), HostRoot: sim})
+	for _, dir := range []string{"sys", "dev", "proc"} {
+		ds, err := operands.Build(names.VFIOManager, spec, operands.Options{Namespace: releaseNamespace, Registry: "ghcr.io/sandbox-gpu", Version: appVersion(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ds
+		ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, hostPath("host-"+dir, sim+"/"+dir))
+		expect(t, "the simulated host's "+dir, denyVolume+"host-"+dir, op.Create(ctx, ds, dry))
 	}
-	expect(t, "a simulated host before the chart names it", denyVolume+"host-sys", op.Create(ctx, simDS(names.VFIOManager), dry))
-	for _, obj := range mustRender(t, "testing.hostRoot="+sim) {
-		if obj.GetKind() == "ValidatingAdmissionPolicy" && obj.GetName() == "sandbox-gpu-operator-bounds" {
-			if err := k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), client.FieldOwner("rbac-test"), client.ForceOwnership); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	waitAllowed(t, "the simulated host's folders once the chart names them", func() error { return op.Create(ctx, simDS(names.VFIOManager), dry) })
-	for _, operand := range operands.Names() {
-		expect(t, "the simulated host: "+operand, "", op.Create(ctx, simDS(operand), dry))
-	}
-	other := simDS(names.Validator)
-	other.Spec.Template.Spec.Volumes = append(other.Spec.Template.Spec.Volumes, hostPath("sim-etc", sim+"/etc"))
-	expect(t, "another folder of the simulated host", denyVolume+"sim-etc", op.Create(ctx, other, dry))
 }
 
 // expect checks one admission row: allowed when deny is "", else refused by a ValidatingAdmissionPolicy

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
 )
 
 // The plugin binaries this suite drives, from the product module's cmd/.

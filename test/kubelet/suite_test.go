@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -52,7 +53,7 @@ func runSuite(t *testing.T, fl *flavour, fx fixture, take int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := e2e.StartProgram(t, bin, fl.args(t, n, dir)...)
+	p := proc.StartProgram(t, bin, fl.args(t, n, dir)...)
 	byID := map[string]pciFunc{}
 	for _, f := range fx.gpus {
 		byID[fl.id(f)] = f

@@ -13,7 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
@@ -68,7 +69,7 @@ func runVGPU(t *testing.T, c vgpuCase) {
 		t.Fatal(err)
 	}
 	args := append([]string{"--device-plugin-dir", dir, "--pci-ids", ids}, n.rootArgs()...)
-	p := e2e.StartProgram(t, bin, append(args, "--vfio-ready-file", filepath.Join(state, names.VFIOReadyFile), "--wait-vfio-ready=false",
+	p := proc.StartProgram(t, bin, append(args, "--vfio-ready-file", filepath.Join(state, names.VFIOReadyFile), "--wait-vfio-ready=false",
 		"--permitted-host-devices-file", permitted, "--vgpu-pause-file", pause, "--vgpu-ready-file", ready, "-v")...)
 	wantIDs := slices.Sorted(maps.Keys(want))
 	total := int64(c.count)

@@ -1,7 +1,7 @@
 // Package podresourcestest is a stand-in for the kubelet's PodResources v1
 // API: a real gRPC server on a unix socket, serving a table of pods,
 // containers and device allocations that its user changes at run time.
-// The NRI plugin's tests, the node agents of internal/agenttest (and so the
+// The NRI plugin's tests, the node agents of internal/testutil/agenttest (and so the
 // demo) and the containerd suite all ask it through the same client code
 // the node daemons use against a real kubelet.
 //

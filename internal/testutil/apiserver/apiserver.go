@@ -8,15 +8,20 @@
 //	func TestMain(m *testing.M) { os.Exit(apiserver.Run(m)) }
 //
 //	func TestX(t *testing.T) { cfg := apiserver.Config(t); ... }
+//
+// A test that needs one of its own calls Start.
 package apiserver
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
@@ -58,4 +63,40 @@ func (s *Shared) Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// Start starts a kube-apiserver and etcd (envtest) for one test and stops
+// them at its end; a missing kube-apiserver fails tb (MissingPeer). A
+// package whose tests share one uses Shared.
+func Start(tb testing.TB) *rest.Config {
+	tb.Helper()
+	testutil.EnvtestAssets(tb)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		tb.Fatalf("envtest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			tb.Errorf("envtest stop: %v", err)
+		}
+	})
+	return cfg
+}
+
+// Kubeconfig writes cfg (an envtest API server's, client certificates) as
+// a kubeconfig file for a program under test (--kubeconfig) and returns
+// its path.
+func Kubeconfig(tb testing.TB, cfg *rest.Config) string {
+	tb.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	p := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

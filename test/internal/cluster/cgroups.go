@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
 )
 
 // cgroupHierarchies lists the mount points of every cgroup (v1) and cgroup2 hierarchy.

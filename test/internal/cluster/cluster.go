@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,7 +64,8 @@ type Cluster struct {
 	logsDir string
 	pki     *pki
 	ports   struct{ etcdClient, etcdPeer, apiServer, controller, scheduler, kubelet, kubeletHealthz int }
-	procs   []*process // in start order
+	procs   []*process     // in start order
+	servers []*http.Server // served by the test process for the kube-apiserver (ServePodMutator)
 	before  *HostSnapshot
 	lock    *os.File
 

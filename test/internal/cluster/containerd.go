@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/containerdconf"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/containerdconf"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"

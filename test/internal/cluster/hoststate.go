@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
 )
 
 // What a kubelet, containerd and the bridge CNI plugin can change on the host, outside the cluster's

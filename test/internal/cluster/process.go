@@ -2,24 +2,22 @@ package cluster
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/e2e"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 )
 
 // process is one daemon of the cluster: its own process group, its own log file, and a pid file the
 // process writes itself (sh writes $$ and execs the daemon, so the pid is the daemon's, never a
 // subshell's).
 type process struct {
-	*e2e.Proc
+	*proc.Proc
 	name    string
 	logPath string
 	pidPath string
@@ -47,7 +45,7 @@ func startProcess(name, logsDir, runDir string, env []string, prefix []string, a
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so that stopping it stops whatever it started in the group too; killed
 	// with the test binary (SIGKILL when the thread that started it dies).
-	if p.Proc, err = e2e.Start(cmd); err != nil {
+	if p.Proc, err = proc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, argv[0], err)
 	}
 	return p, nil
@@ -67,21 +65,8 @@ func (p *process) stop(grace time.Duration) error {
 	if p == nil || p.Proc == nil {
 		return nil
 	}
-	pgid := p.Cmd.Process.Pid
-	if !p.Exited() {
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		timer := time.NewTimer(grace)
-		defer timer.Stop()
-		select {
-		case <-p.Done():
-		case <-timer.C:
-		}
-	}
-	// Whatever is left in the group (the daemon ignoring SIGTERM, or a child of it).
-	err := syscall.Kill(-pgid, syscall.SIGKILL)
-	<-p.Done()
-	if err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("%s: kill process group %d: %w", p.name, pgid, err)
+	if err := p.Terminate(grace); err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
 )
 
 // Host-wide files: one cluster at a time per host (a kubelet's cgroups and kernel tunables are

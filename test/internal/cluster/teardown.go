@@ -11,7 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/test/internal/mountinfo"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/mountinfo"
 )
 
 // criCleanupWithin bounds the removal of the pods through CRI at teardown.
@@ -20,7 +20,8 @@ const criCleanupWithin = 60 * time.Second
 // Stop tears the cluster down and restores the host, even after a failed test: the controllers stop
 // first (nothing is recreated), then the kubelet, then every pod is removed through CRI (runc
 // containers killed, CNI torn down), then containerd, whatever it left (shims, processes in the
-// kubepods cgroups), the node's namespace, kube-apiserver and etcd. Then the kernel tunables,
+// kubepods cgroups), the node's namespace, kube-apiserver and etcd, and the webhook servers of the
+// test process (ServePodMutator). Then the kernel tunables,
 // cgroups, iptables chains, bridge and folders the host did not have before are restored, and the
 // work folder is removed (the logs stay when Options.LogsDir is set). Safe to call more than once.
 func (c *Cluster) Stop(ctx context.Context) error {
@@ -53,6 +54,11 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 	stop("containerd", "node-namespace")
 	stop("kube-apiserver", "etcd")
+	for _, srv := range c.servers { // nothing calls them now
+		if err := srv.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: close a webhook server: %w", err))
+		}
+	}
 	for _, p := range c.procs { // anything not named above
 		if err := p.stop(stopGrace); err != nil {
 			errs = append(errs, err)

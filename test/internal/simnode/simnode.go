@@ -15,8 +15,9 @@
 // file is one call to the simulated kernel's WriteFile on the backing path (it writes the file and
 // applies the effect; its error number is the write's); truncation is ignored and new files are
 // refused, as in sysfs. Paths are the same inside and outside the namespace, so the host roots the
-// operator hands its operands (Dir/sys, Dir/dev, Dir/proc), the device paths the device plugins
-// report and the symbolic links of the tree mean the same everywhere. Dir/dev and Dir/proc are
+// operand pods are handed (Dir/sys, Dir/dev, Dir/proc: OntoHost, which the cluster suite's admission
+// webhook applies to them), the device paths the device plugins report and the symbolic links of the
+// tree mean the same everywhere. Dir/dev and Dir/proc are
 // plain folders.
 //
 // The mount is made by `mount -i -t fuse.sandbox-gpu-simnode -o fd=N,...` run with nsenter in the
@@ -127,8 +128,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	return n, nil
 }
 
-// Root is the simulated host's root: sys/ (served), dev/ and proc/, for the operator's test-only
-// host root.
+// Root is the simulated host's root: sys/ (served), dev/ and proc/, where OntoHost puts pods.
 func (n *Node) Root() string { return n.opts.Dir }
 
 // SysDir is the served sys/ folder.

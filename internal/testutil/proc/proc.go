@@ -1,14 +1,25 @@
-package e2e
+// Package proc is the test kit's one process runner: a program a test or suite starts runs in a
+// process group of its own and dies with the test binary (Start, Proc), a program under test has its
+// output collected and must exit 0 on SIGTERM (StartProgram, Program.Stop), a daemon is stopped
+// with a grace period (Proc.Terminate), and RSS reads a process's resident memory. The product
+// module's tests and benchmarks, the demo's and the test module's suites (test/internal/cluster's
+// daemons included) start their processes through it.
+package proc
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // Proc is a program started in a process group of its own, which the kernel kills (SIGKILL) when
@@ -54,19 +65,42 @@ func (p *Proc) Err() error {
 	return p.err
 }
 
+// Terminate sends SIGTERM to the process group, waits up to grace for the process to exit, then
+// SIGKILLs whatever is left of the group (the process ignoring SIGTERM, or a child of it) and waits
+// for the process. It does not judge how the process ended (Err says); it is safe to call more than
+// once.
+func (p *Proc) Terminate(grace time.Duration) error {
+	pgid := p.Cmd.Process.Pid
+	if !p.Exited() {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-p.Done():
+		case <-timer.C:
+		}
+	}
+	err := syscall.Kill(-pgid, syscall.SIGKILL)
+	<-p.Done()
+	if err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill process group %d: %w", pgid, err)
+	}
+	return nil
+}
+
 // Program is a program under test (a plugin binary) running as a Proc, its stdout and stderr
 // collected in Out.
 type Program struct {
 	*Proc
 	Name string // the binary's base name, for messages
-	Out  *SyncBuffer
+	Out  *testutil.SyncBuffer
 }
 
 // StartProgram starts bin with args. The test fails if the program is still running at its end
 // (it is then killed); its output is logged when the test fails.
 func StartProgram(t testing.TB, bin string, args ...string) *Program {
 	t.Helper()
-	p := &Program{Name: filepath.Base(bin), Out: &SyncBuffer{}}
+	p := &Program{Name: filepath.Base(bin), Out: &testutil.SyncBuffer{}}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	proc, err := Start(cmd)
@@ -109,4 +143,21 @@ func (p *Program) Stop(t testing.TB, within time.Duration) {
 	if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("%s (pid %d) left processes in its group behind (kill -0: %v)", p.Name, pid, err)
 	}
+}
+
+// RSS returns a process's resident set size in bytes from /proc.
+func RSS(pid int) (int64, error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }

@@ -1,7 +1,7 @@
-// Package e2e holds what the end-to-end suites share: the repository root,
-// polling with a deadline, a buffer a subprocess writes into while the test
-// reads it, subprocesses in process groups of their own (proc.go), and gRPC
-// servers that stop with the test (grpc.go).
+// Package e2e holds what the end-to-end suites of the test/ module share: the repository root,
+// polling with a deadline, a buffer a subprocess writes into while the test reads it, and gRPC
+// servers that stop with the test (grpc.go). Their subprocesses run through the kit's process
+// runner (internal/testutil/proc).
 package e2e
 
 import (
