@@ -23,6 +23,15 @@ var apiserver sharedapi.Shared
 
 func TestMain(m *testing.M) { os.Exit(apiserver.Run(m)) }
 
+// createNode creates a Node with annotations until the test ends.
+func createNode(t *testing.T, cs kubernetes.Interface, name string, annotations map[string]string) {
+	t.Helper()
+	nodes := cs.CoreV1().Nodes()
+	_, err := nodes.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nodes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
 // TestMetadataWatchFollowsOneNode: through the metadata client the
 // watcher sees its own Node only (as metadata), wakes on what Wake lets
 // through, and Get is the last state.
@@ -34,11 +43,8 @@ func TestMetadataWatchFollowsOneNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nodes := cs.CoreV1().Nodes()
-	for _, name := range []string{"meta-1", "meta-other"} {
-		_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = nodes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
+	createNode(t, cs, "meta-1", nil)
+	createNode(t, cs, "meta-other", nil)
 	w, err := Start(ctx, Metadata(mc), "meta-1", func(old, cur metav1.Object) bool {
 		return old == nil || cur == nil || old.GetAnnotations()["a"] != cur.GetAnnotations()["a"]
 	})

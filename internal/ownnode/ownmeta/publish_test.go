@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -49,17 +48,12 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 	cs, mc, patches := countPatches(t)
 	ctx := context.Background()
 	nodes := cs.CoreV1().Nodes()
-	create := func(name string) {
-		_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"admin": "kept"}}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = nodes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
 	annotations := func(name string) map[string]string {
 		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
 		return n.Annotations
 	}
-	create("pub-1")
+	createNode(t, cs, "pub-1", map[string]string{"admin": "kept"})
 	p := &Publisher{Patch: Metadata(mc).Patch, Node: "pub-1", Annotation: "sandbox-gpu.io/release-report.vfio-manager"}
 	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
 	require.NoError(t, p.Publish(ctx, `{"done":false,"reason":"r"}`))
@@ -73,7 +67,7 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 	err := late.Publish(ctx, "v")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "node pub-late: publish a:")
-	create("pub-late")
+	createNode(t, cs, "pub-late", nil)
 	require.NoError(t, late.Publish(ctx, "v"), "a failed write is tried again")
 	assert.Equal(t, "v", annotations("pub-late")["a"])
 
