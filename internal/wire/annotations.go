@@ -34,11 +34,7 @@ func (r ReleaseReport) Encode() string {
 
 // ParseReleaseReport reads an annotation's value.
 func ParseReleaseReport(s string) (ReleaseReport, error) {
-	var r ReleaseReport
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return ReleaseReport{}, fmt.Errorf("release report %q: %w", s, err)
-	}
-	return r, nil
+	return parseAnnotation[ReleaseReport]("release report", s)
 }
 
 // SplitReport is the VFIO manager's report of a mixed node, in the Node's
@@ -74,9 +70,16 @@ func (s SplitReport) Encode() string {
 
 // ParseSplitReport reads a split report.
 func ParseSplitReport(s string) (SplitReport, error) {
-	var r SplitReport
+	return parseAnnotation[SplitReport]("split report", s)
+}
+
+// parseAnnotation reads an annotation's JSON value; the error names what
+// it is and the value.
+func parseAnnotation[T any](what, s string) (T, error) {
+	var r T
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return SplitReport{}, fmt.Errorf("split report %q: %w", s, err)
+		var zero T
+		return zero, fmt.Errorf("%s %q: %w", what, s, err)
 	}
 	return r, nil
 }
