@@ -10,16 +10,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 )
 
 // RunOptions configure Run.
@@ -95,11 +93,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	r := &runner{o: o, stale: map[string]bool{}}
 	if o.Release {
-		r.publisher = &nodereport.Publisher{Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager),
-			Patch: func(ctx context.Context, node string, patch []byte) error {
-				_, err := o.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-				return err
-			}}
+		r.publisher = &ownmeta.Publisher{Patch: ownnode.Typed(o.Client).Patch, Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager)}
 	}
 	nw, err := ownnode.Watch(ctx, o.Client, o.NodeName, func(old, cur *corev1.Node) bool {
 		return old == nil || cur != nil && old.Labels[names.VGPUConfigLabel] != cur.Labels[names.VGPUConfigLabel]
@@ -148,7 +142,7 @@ type runner struct {
 	// repeated failure is not reported again.
 	lastEvent string
 	// publisher writes a release's report on the Node (release only).
-	publisher *nodereport.Publisher
+	publisher *ownmeta.Publisher
 	// locked: the release holds the host lock for its life.
 	locked bool
 }

@@ -3,7 +3,6 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
@@ -185,18 +184,9 @@ func skipDir(rel, abs string) bool {
 // checkTree parses every non-test Go file of the product code under root
 // and applies the rules.
 func checkTree(root string) ([]finding, error) {
-	fset := token.NewFileSet()
 	var out []finding
-	err := walkGoFiles(root, skipDir, func(rel, p string) error {
-		if strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
+	err := eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
 		out = append(out, checkFile(fset, rel, f)...)
-		return nil
 	})
 	return out, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
@@ -208,7 +209,7 @@ func runCommand() *shell.Command {
 				return err
 			}
 			defer n.close()
-			cs, err := kubeclient.Clientset(kubeconfig)
+			cs, err := ownnode.Clientset(kubeconfig)
 			if err != nil {
 				return err
 			}

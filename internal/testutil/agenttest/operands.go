@@ -12,11 +12,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
@@ -60,16 +60,18 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 				return podresources.Holders(ctx, pods)
 			}}
 		if release {
-			p := &nodereport.Publisher{Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager), Patch: a.patchNode}
+			p := &ownmeta.Publisher{Patch: ownnode.Typed(a.o.Client).Patch, Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
 			o.OnReport = func(ctx context.Context, r *vfio.ReadyReport) {
-				if err := p.Publish(ctx, vfio.ReleaseReport(r)); err != nil && ctx.Err() == nil {
+				if err := p.Publish(ctx, vfio.ReleaseReport(r).Encode()); err != nil && ctx.Err() == nil {
 					log.Error(err, "Cannot publish the release report")
 				}
 			}
 		} else {
 			// vfio-manager daemon --vm-gpus-from-node, as the operator
-			// deploys it.
-			o.VMGPUsFrom, o.OnReport = a.nodeSplit(log)
+			// deploys it: its own watch of the Node.
+			ns := vfio.NewNodeSplit(ownnode.Typed(a.o.Client), a.o.Node, log.WithName("vm-gpus"))
+			go ns.Run(ctx)
+			o.VMGPUsFrom, o.OnReport = ns.Declaration(), ns.Publish
 		}
 		d, err := vfio.NewDaemon(o)
 		if err != nil {
@@ -234,12 +236,6 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 		defer mu.Unlock()
 		return last != nil && last.State == vgpu.StateSuccess
 	}, nil
-}
-
-// patchNode sends a merge patch of the Node (a release report).
-func (a *Agent) patchNode(ctx context.Context, node string, patch []byte) error {
-	_, err := a.o.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
 }
 
 // ValidatorReport is the validator's last check (zero before it runs).
