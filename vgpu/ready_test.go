@@ -18,7 +18,7 @@ func TestReadyNamesVendorTypeIDs(t *testing.T) {
 	require.True(t, res.OK())
 	gpus, err := Inventory(h, nil)
 	require.NoError(t, err)
-	ready := readyGPUs(gpus)
+	ready := ReadyGPUs(gpus)
 	require.NotEmpty(t, ready)
 	for _, g := range ready {
 		assert.Equal(t, map[string]string{"1155": "L40S-24Q"}, g.TypeIDs, g.Address)
@@ -30,5 +30,5 @@ func TestReadyNamesVendorTypeIDs(t *testing.T) {
 	require.True(t, res.OK())
 	gpus, err = Inventory(h, nil)
 	require.NoError(t, err)
-	assert.Nil(t, readyGPUs(gpus)[0].TypeIDs, "mdev types are named by sysfs")
+	assert.Nil(t, ReadyGPUs(gpus)[0].TypeIDs, "mdev types are named by sysfs")
 }

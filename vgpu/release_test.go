@@ -24,6 +24,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 func release(t testing.TB, h *host.Host, o Options, ao ApplyOptions) *Result {
@@ -155,8 +156,8 @@ func TestRunRelease(t *testing.T) {
 	require.NoError(t, os.WriteFile(ready, []byte(`{"config":"small","state":"success"}`), 0o644))
 	lock := filepath.Join(runDir, names.VGPULockFile)
 	var mu sync.Mutex
-	var last ReadyReport
-	observe := func(r ReadyReport) {
+	var last wire.VGPUReady
+	observe := func(r wire.VGPUReady) {
 		mu.Lock()
 		defer mu.Unlock()
 		last = r

@@ -15,11 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // RunOptions configure Run.
@@ -46,7 +46,7 @@ type RunOptions struct {
 	Retry time.Duration
 	Log   logr.Logger
 	// Observe, when set, gets the ready report after every pass.
-	Observe func(ReadyReport)
+	Observe func(wire.VGPUReady)
 	// LockFile, when set, is the host-wide lock (names.VGPULockFile in the
 	// run dir): each pass holds it; a release holds it for its life.
 	LockFile string
@@ -177,7 +177,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	if selected == "" {
 		selected = r.o.Default
 	}
-	rep := ReadyReport{Config: selected, State: StateFailed}
+	rep := wire.VGPUReady{Config: selected, State: StateFailed}
 	defer func() { state = rep.State }()
 	defer r.finish(&rep)
 	cfg, err := LoadConfig(r.o.ConfigFile)
@@ -188,7 +188,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	if err != nil {
 		rep.Error = err.Error()
 		if gpus, ierr := Inventory(r.o.Host, r.o.TypeNames); ierr == nil {
-			rep.GPUs = readyGPUs(gpus)
+			rep.GPUs = ReadyGPUs(gpus)
 		}
 		reason := EventFailed
 		if IsConfigError(err) {
@@ -206,7 +206,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	for _, g := range res.GPUs {
 		gpus = append(gpus, g.GPU)
 	}
-	rep.GPUs, rep.Refused = readyGPUs(gpus), res.Refused
+	rep.GPUs, rep.Refused = ReadyGPUs(gpus), readyRefusals(res.Refused)
 	if !res.OK() {
 		r.setState(ctx, node, StateFailed)
 		r.event(ctx, node, corev1.EventTypeWarning, EventRefused, fmt.Sprintf("config %q: %v", selected, res.Err()))
@@ -223,22 +223,22 @@ func (r *runner) pass(ctx context.Context) (state string) {
 
 // finish removes a pause file a crash left, writes the ready file and
 // tells the observer.
-func (r *runner) finish(rep *ReadyReport) {
-	pause := filepath.Join(r.o.RunDir, names.VGPUPauseFile)
-	if err := atomicfile.Remove(pause); err != nil {
+func (r *runner) finish(rep *wire.VGPUReady) {
+	pause := wire.VGPUPause(filepath.Join(r.o.RunDir, names.VGPUPauseFile))
+	if err := pause.Clear(); err != nil {
 		r.o.Log.Error(err, "Cannot remove the pause file", "file", pause)
 	}
 	if rep.GPUs == nil {
-		rep.GPUs = []ReadyGPU{}
+		rep.GPUs = []wire.VGPUGPU{}
 	}
 	ready := filepath.Join(r.o.RunDir, names.VGPUReadyFile)
 	if r.o.Release {
 		// The report of the config being left is stale: the validator of a
 		// later vm-vgpu config must not take it for its own.
-		if err := atomicfile.Remove(ready); err != nil {
+		if err := wire.RemoveVGPUReady(ready); err != nil {
 			r.o.Log.Error(err, "Cannot remove the ready file", "file", ready)
 		}
-	} else if err := writeReady(ready, *rep); err != nil {
+	} else if err := wire.WriteVGPUReady(ready, *rep); err != nil {
 		r.o.Log.Error(err, "Cannot write the ready file")
 	}
 	r.o.Log.V(1).Info("Applied", "node", r.o.NodeName, "config", rep.Config, "state", rep.State, "refused", len(rep.Refused), "error", rep.Error)
@@ -247,7 +247,7 @@ func (r *runner) finish(rep *ReadyReport) {
 	}
 }
 
-func summary(gpus []ReadyGPU) string {
+func summary(gpus []wire.VGPUGPU) string {
 	s := ""
 	for i, g := range gpus {
 		if i > 0 {
