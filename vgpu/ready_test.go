@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 // TestReadyNamesVendorTypeIDs: the report names the vendor-specific VFIO
@@ -12,7 +14,7 @@ import (
 // KubeVirt device plugin names its resources from them).
 func TestReadyNamesVendorTypeIDs(t *testing.T) {
 	_, h := fixture(t, "l40s-vgpu")
-	cfg, err := DefaultConfig()
+	cfg, err := vgpuconfig.Default()
 	require.NoError(t, err)
 	res := apply(t, h, cfg, "L40S-24Q", Options{NodeName: "n"}, ApplyOptions{})
 	require.True(t, res.OK())

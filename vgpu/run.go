@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -30,7 +31,7 @@ type RunOptions struct {
 	// its folder is watched).
 	ConfigFile string
 	// Default is the config of a node without the nvidia.com/vgpu.config
-	// label (the policy's default; DefaultConfigName when empty).
+	// label (the policy's default; vgpuconfig.DefaultName when empty).
 	Default string
 	Host    *host.Host
 	// RunDir holds the pause and ready files (names.RunDir on a node).
@@ -81,7 +82,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return errors.New("vgpu run: no run folder")
 	}
 	if o.Default == "" {
-		o.Default = DefaultConfigName
+		o.Default = vgpuconfig.DefaultName
 	}
 	if o.Resync <= 0 {
 		o.Resync = 5 * time.Minute
@@ -180,7 +181,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	rep := wire.VGPUReady{Config: selected, State: StateFailed}
 	defer func() { state = rep.State }()
 	defer r.finish(&rep)
-	cfg, err := LoadConfig(r.o.ConfigFile)
+	cfg, err := vgpuconfig.Load(r.o.ConfigFile)
 	var plan *Plan
 	if err == nil {
 		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.o.TypeNames})
@@ -191,7 +192,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 			rep.GPUs = ReadyGPUs(gpus)
 		}
 		reason := EventFailed
-		if IsConfigError(err) {
+		if vgpuconfig.IsError(err) {
 			reason = EventConfigInvalid
 		}
 		r.setState(ctx, node, StateFailed)

@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
@@ -198,7 +199,7 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	file := a.path("vgpu-config", "config.yaml")
 	cfg := a.o.VGPUConfig
 	if cfg == nil {
-		cfg = vgpu.DefaultConfigYAML()
+		cfg = vgpuconfig.DefaultYAML()
 	}
 	if err := os.WriteFile(file, cfg, 0o644); err != nil {
 		return nil, fmt.Errorf("node %s: vGPU config %s: %w", a.o.Node, file, err)

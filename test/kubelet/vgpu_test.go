@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
@@ -203,7 +204,7 @@ func newVGPUNode(t *testing.T, c vgpuCase) (*vgpuNode, map[string]int) {
 		t.Fatalf("build fixture %s in %s: %v", c.fixture, dir, err)
 	}
 	n := &vgpuNode{node: node{k: k, h: host.New(k.Options())}}
-	cfg, err := vgpu.DefaultConfig()
+	cfg, err := vgpuconfig.Default()
 	if err != nil {
 		t.Fatalf("the vGPU device manager's built-in config: %v", err)
 	}
