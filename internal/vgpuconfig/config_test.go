@@ -9,24 +9,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testConfig has three configs; small's entries name GPUs by device id.
+// testConfig has three configs; small's entries pick GPUs by index or by
+// device id.
 const testConfig = `version: v1
 vgpu-configs:
-  default:
-    - devices: all
-      vgpu-devices: {"A10-12Q": 2}
-  small:
-    - devices: all
-      device-filter: "0x223610DE"
-      vgpu-devices: {"A10-4Q": 6}
-    - devices: [1]
-      vgpu-devices: {"A100-4C": 10}
-    - devices: all
-      device-filter: "0x26B910DE"
-      vgpu-devices: {"L40S-8Q": 4, "L40S-8A": 2}
   none:
     - devices: all
       vgpu-devices: {}
+  small:
+    - device-filter: "0x223610DE"
+      devices: all
+      vgpu-devices: {"A10-2Q": 12}
+    - devices: [1]
+      vgpu-devices: {"A100-4C": 10}
+    - vgpu-devices: {"L40S-8Q": 4, "L40S-8A": 2}
+      device-filter: ["0x26B910DE"]
+      devices: all
+  default:
+    - devices: all
+      vgpu-devices: {"A10-12Q": 2}
 `
 
 func parse(t testing.TB, text string) *Config {
