@@ -6,10 +6,10 @@
 //
 // The run files, each in its writer's folder (names.RunPath):
 //
-//	vfio-manager.ready                    VFIOReady      vfio-manager daemon -> device plugins, validator
-//	vgpu-device-manager.ready             VGPUReady      vgpu-device-manager run -> validator, KubeVirt plugin
-//	vgpu-device-manager.pause             VGPUPause      vgpu-device-manager -> KubeVirt plugin
-//	kubevirt-permitted-host-devices.json  Permitted      KubeVirt plugin -> validator
+//	vfio-manager.ready                    VFIOReady            vfio-manager daemon -> device plugins, validator
+//	vgpu-device-manager.ready             VGPUReady            vgpu-device-manager run -> validator, KubeVirt plugin
+//	vgpu-device-manager.pause             VGPUPause            vgpu-device-manager -> KubeVirt plugin
+//	kubevirt-permitted-host-devices.json  Write/ReadPermitted  KubeVirt plugin -> validator
 //
 // Every reader goes through internal/atomicfile (a regular file only, at
 // most atomicfile.MaxSize bytes, never through a link, never blocking on a
