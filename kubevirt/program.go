@@ -10,6 +10,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // Program is kubevirt-device-plugin.
@@ -43,7 +44,7 @@ func Program() *shell.Program {
 				if permittedFile == "" {
 					return nil
 				}
-				return WritePermitted(permittedFile, s.PermittedFor(res))
+				return wire.WritePermitted(permittedFile, s.PermittedFor(res))
 			},
 		})
 	}

@@ -73,7 +73,7 @@ func leftOver(gpus []*GPU) []string {
 }
 
 // releaseReport is the release's report for the Node.
-func releaseReport(rep ReadyReport, left []string) wire.ReleaseReport {
+func releaseReport(rep wire.VGPUReady, left []string) wire.ReleaseReport {
 	if rep.State == StateSuccess {
 		return wire.ReleaseReport{Done: true}
 	}
@@ -99,7 +99,7 @@ func (r *runner) releasePass(ctx context.Context) (state string) {
 		r.o.Log.Info("Node not found; waiting for it", "node", r.o.NodeName)
 		return ""
 	}
-	rep := ReadyReport{Release: true, State: StateFailed}
+	rep := wire.VGPUReady{Release: true, State: StateFailed}
 	var left []string
 	defer func() {
 		state = rep.State
@@ -119,7 +119,7 @@ func (r *runner) releasePass(ctx context.Context) (state string) {
 	for _, g := range res.GPUs {
 		gpus = append(gpus, g.GPU)
 	}
-	rep.GPUs, rep.Refused, left = readyGPUs(gpus), res.Refused, leftOver(gpus)
+	rep.GPUs, rep.Refused, left = ReadyGPUs(gpus), readyRefusals(res.Refused), leftOver(gpus)
 	if !res.OK() {
 		r.event(ctx, node, corev1.EventTypeWarning, EventReleaseRefused, fmt.Sprintf("release: %v", res.Err()))
 		return

@@ -155,8 +155,8 @@ func TestRunRelease(t *testing.T) {
 	require.NoError(t, os.WriteFile(ready, []byte(`{"config":"small","state":"success"}`), 0o644))
 	lock := filepath.Join(runDir, names.VGPULockFile)
 	var mu sync.Mutex
-	var last ReadyReport
-	observe := func(r ReadyReport) {
+	var last wire.VGPUReady
+	observe := func(r wire.VGPUReady) {
 		mu.Lock()
 		defer mu.Unlock()
 		last = r

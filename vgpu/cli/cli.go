@@ -20,6 +20,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
@@ -70,11 +71,11 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
 }
 
-func (c *common) loadConfig() (*vgpu.Config, error) {
+func (c *common) loadConfig() (*vgpuconfig.Config, error) {
 	if c.config == "" {
-		return vgpu.DefaultConfig()
+		return vgpuconfig.Default()
 	}
-	return vgpu.LoadConfig(c.config)
+	return vgpuconfig.Load(c.config)
 }
 
 func (c *common) node() string {
@@ -190,7 +191,7 @@ func runCommand() *shell.Command {
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs)
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
-			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
+			fs.StringVar(&def, "default", vgpuconfig.DefaultName, "the config of a node without the "+names.VGPUConfigLabel+" label")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
 			fs.DurationVar(&retry, "retry", 10*time.Second, "apply again this soon after a pass left the node failed (a vGPU in use, the host driver not up yet)")
 			fs.BoolVar(&release, "release", false, "remove every vGPU and disable every GPU's SR-IOV VFs, never one in use, holding the host lock while "+

@@ -38,9 +38,9 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // Options describe one simulated node.
@@ -83,7 +83,7 @@ type Agent struct {
 
 	reports sync.Mutex
 	valid   *validator.Validator
-	vgpu    *vgpu.ReadyReport
+	vgpu    *wire.VGPUReady
 }
 
 // operand is a running operand.

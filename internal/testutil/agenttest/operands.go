@@ -18,6 +18,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -162,10 +164,10 @@ func (a *Agent) startKubeVirt(ctx context.Context, log logr.Logger, run func(fun
 	permitted := a.RunPath(names.PermittedFile)
 	vfioReady := a.RunPath(names.VFIOReadyFile)
 	m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: dp, SocketPrefix: "sandbox-gpu-kubevirt",
-		Scanner: s, Ready: func() bool { return vfio.IsReady(vfioReady) },
+		Scanner: s, Ready: func() bool { return wire.VFIOIsReady(vfioReady) },
 		WatchPaths: append(a.h.DeviceWatchPaths(), a.WriterDir(names.VFIOManager), a.WriterDir(names.VGPUDeviceManager)), Rescan: time.Second,
 		OnScan: func(res []deviceplugin.Resource) error {
-			return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
+			return wire.WritePermitted(permitted, s.PermittedFor(res))
 		}, Log: log})
 	if err != nil {
 		k.stop()
@@ -199,7 +201,7 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	file := a.path("vgpu-config", "config.yaml")
 	cfg := a.o.VGPUConfig
 	if cfg == nil {
-		cfg = vgpu.DefaultConfigYAML()
+		cfg = vgpuconfig.DefaultYAML()
 	}
 	if err := os.WriteFile(file, cfg, 0o644); err != nil {
 		return nil, fmt.Errorf("node %s: vGPU config %s: %w", a.o.Node, file, err)
@@ -209,10 +211,10 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 		return nil, fmt.Errorf("node %s: %w", a.o.Node, err)
 	}
 	var mu sync.Mutex
-	var last *vgpu.ReadyReport
+	var last *wire.VGPUReady
 	o := vgpu.RunOptions{Client: a.o.Client, NodeName: a.o.Node, Host: a.h, RunDir: a.WriterDir(names.VGPUDeviceManager), Release: release,
 		LockFile: a.RunPath(names.VGPULockFile), Allocated: vgpu.PodResourcesAllocated{Pods: pods},
-		Resync: a.o.Resync, Retry: 200 * time.Millisecond, Log: log, Observe: func(r vgpu.ReadyReport) {
+		Resync: a.o.Resync, Retry: 200 * time.Millisecond, Log: log, Observe: func(r wire.VGPUReady) {
 			mu.Lock()
 			last = &r
 			mu.Unlock()
@@ -250,7 +252,7 @@ func (a *Agent) ValidatorReport() validator.Report {
 }
 
 // VGPUReport is the vGPU device manager's last pass (nil before its first).
-func (a *Agent) VGPUReport() *vgpu.ReadyReport {
+func (a *Agent) VGPUReport() *wire.VGPUReady {
 	a.reports.Lock()
 	defer a.reports.Unlock()
 	return a.vgpu
