@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -101,7 +101,7 @@ func (s *story) mixed(ctx context.Context, node string, vm int) (bool, string) {
 	if nd == nil {
 		return false, node + ": cannot read the Node"
 	}
-	rep, err := nodereport.ParseSplit(nd.Annotations[names.VMGPUsReportAnnotation])
+	rep, err := wire.ParseSplitReport(nd.Annotations[names.VMGPUsReportAnnotation])
 	if err != nil || !rep.Ready || len(rep.VM) != vm {
 		return false, fmt.Sprintf("%s; report %q", detail, nd.Annotations[names.VMGPUsReportAnnotation])
 	}

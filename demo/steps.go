@@ -14,8 +14,8 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/agenttest"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // step is one checked step of the story: do (when set) acts once, then
@@ -104,7 +104,7 @@ func (s *story) setUpSteps() []step {
 		{what: "the VFIO manager binds every NVIDIA function of the simulated passthrough hosts to vfio-pci", cond: func(ctx context.Context) (bool, string) {
 			var got []string
 			for _, n := range passthrough {
-				if !vfio.IsReady(names.RunPathIn(s.o.WorkDir+"/"+n+"/run", names.VFIOReadyFile)) {
+				if !wire.VFIOIsReady(names.RunPathIn(s.o.WorkDir+"/"+n+"/run", names.VFIOReadyFile)) {
 					return false, n + ": VFIO manager not ready"
 				}
 				got = append(got, n+" ready")

@@ -14,6 +14,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio/vfiotest"
 )
@@ -172,14 +173,14 @@ func TestWritePermittedOnlyOnChange(t *testing.T) {
 	move(t, h, allNVIDIA, vfio.ToVFIO)
 	s, _ := scan(t, h, "")
 	path := filepath.Join(t.TempDir(), "run", "permitted.json")
-	require.NoError(t, WritePermitted(path, s.Permitted()))
+	require.NoError(t, wire.WritePermitted(path, s.Permitted()))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"pciVendorSelector": "10DE:2236"`)
 	assert.Contains(t, string(b), `"externalResourceProvider": true`)
 	before, err := os.Stat(path)
 	require.NoError(t, err)
-	require.NoError(t, WritePermitted(path, s.Permitted()))
+	require.NoError(t, wire.WritePermitted(path, s.Permitted()))
 	after, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.True(t, os.SameFile(before, after), "unchanged content is not rewritten")

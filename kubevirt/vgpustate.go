@@ -1,14 +1,12 @@
 package kubevirt
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // VGPUState is what the plugin reads of the vGPU device manager, through
@@ -23,14 +21,7 @@ type VGPUState struct {
 }
 
 // Paused reports whether the manager is changing vGPUs now.
-func (v VGPUState) Paused() bool {
-	if v.PauseFile == "" {
-		return false
-	}
-	// Lstat: anything at the path pauses (a link is never followed).
-	_, err := os.Lstat(v.PauseFile)
-	return err == nil
-}
+func (v VGPUState) Paused() bool { return wire.VGPUPause(v.PauseFile).Paused() }
 
 // TypeNames maps vendor type ids to vGPU type names ("NVIDIA L40S-24Q",
 // as sysfs names them) from the manager's report; none when there is no
@@ -40,26 +31,17 @@ func (v VGPUState) TypeNames() map[int]string {
 	if v.ReadyFile == "" {
 		return out
 	}
-	b, err := atomicfile.Read(v.ReadyFile) // never a link, a FIFO or over 1 MiB
+	r, err := wire.ReadVGPUReady(v.ReadyFile) // never a link, a FIFO or over 1 MiB
 	if err != nil {
 		return out
 	}
-	return parseTypeNames(b)
+	return typeNames(r)
 }
 
-// parseTypeNames reads the gpus[].typeIds of the vGPU device manager's
-// report; a report that does not parse names nothing, and an entry whose
-// name is no valid resource name is left out.
-func parseTypeNames(b []byte) map[int]string {
+// typeNames reads the gpus[].typeIds of the vGPU device manager's report;
+// an entry whose name is no valid resource name is left out.
+func typeNames(report wire.VGPUReady) map[int]string {
 	out := map[int]string{}
-	var report struct {
-		GPUs []struct {
-			TypeIDs map[string]string `json:"typeIds"`
-		} `json:"gpus"`
-	}
-	if json.Unmarshal(b, &report) != nil {
-		return out
-	}
 	for _, g := range report.GPUs {
 		for id, short := range g.TypeIDs {
 			n, err := strconv.Atoi(id)

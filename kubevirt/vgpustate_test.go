@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
@@ -62,7 +63,7 @@ func TestNoVGPUWhileTheManagerChangesThem(t *testing.T) {
 // hold; the vGPU manager's report does.
 func TestFullCardTypesNamedFromTheManagersReport(t *testing.T) {
 	_, h := hostsim.NewHost(t, "l40s-vgpu")
-	cfg, err := vgpu.DefaultConfig()
+	cfg, err := vgpuconfig.Default()
 	require.NoError(t, err)
 	plan, err := vgpu.PlanConfig(context.Background(), h, cfg, "L40S-24Q", vgpu.Options{NodeName: "n"})
 	require.NoError(t, err)

@@ -26,12 +26,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // Options configure a Validator. Paths are host paths as mounted.
@@ -202,7 +200,7 @@ func (v *Validator) checkVFIO() string {
 		return ""
 	}
 	v.expires = time.Time{}
-	r, err := vfio.ReadReadyFile(v.o.VFIOReadyFile)
+	r, err := wire.ReadVFIOReady(v.o.VFIOReadyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("VFIO manager: %s does not exist yet", v.o.VFIOReadyFile)
 	}
@@ -223,7 +221,7 @@ func (v *Validator) checkVGPU() string {
 	if v.o.VGPUReadyFile == "" {
 		return ""
 	}
-	r, err := vgpu.ReadReadyFile(v.o.VGPUReadyFile)
+	r, err := wire.ReadVGPUReady(v.o.VGPUReadyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("vGPU device manager: %s does not exist yet", v.o.VGPUReadyFile)
 	}
@@ -231,7 +229,7 @@ func (v *Validator) checkVGPU() string {
 		return fmt.Sprintf("vGPU device manager: %v", err)
 	}
 	switch {
-	case r.State == vgpu.StateSuccess:
+	case r.State == wire.VGPUStateSuccess:
 		return ""
 	case r.Error != "":
 		return fmt.Sprintf("vGPU device manager: config %q not applied: %s", r.Config, r.Error)
@@ -249,16 +247,12 @@ func (v *Validator) checkVGPU() string {
 // reports resources the Node does not advertise yet.
 func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	var problems []string
-	b, err := atomicfile.Read(v.o.PermittedFile)
+	p, err := wire.ReadPermitted[kubevirtv1.PermittedHostDevices](v.o.PermittedFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []string{fmt.Sprintf("KubeVirt device plugin: %s does not exist yet", v.o.PermittedFile)}
 	}
 	if err != nil {
 		return []string{fmt.Sprintf("KubeVirt device plugin: %v", err)}
-	}
-	var p kubevirtv1.PermittedHostDevices
-	if err := json.Unmarshal(b, &p); err != nil {
-		return []string{fmt.Sprintf("KubeVirt device plugin: %s: %v", v.o.PermittedFile, err)}
 	}
 	compact, err := json.Marshal(p)
 	if err != nil {

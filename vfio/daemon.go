@@ -1,7 +1,6 @@
 package vfio
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,11 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // DaemonOptions configure a Daemon.
@@ -357,15 +355,10 @@ func (d *Daemon) writeReadyLocked() {
 		return
 	}
 	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
-	rep := *d.last
+	rep := d.last.Wire()
 	now := time.Now()
 	rep.PID, rep.Heartbeat, rep.Expires = os.Getpid(), now, now.Add(3*d.opts.Heartbeat)
-	var buf bytes.Buffer
-	if err := jsonout.Write(&buf, &rep); err != nil {
-		d.opts.Log.Error(err, "Cannot encode readiness", "path", p)
-		return
-	}
-	if _, err := atomicfile.Write(p, buf.Bytes(), 0o644); err != nil {
+	if err := wire.WriteVFIOReady(p, rep); err != nil {
 		d.opts.Log.Error(err, "Cannot write readiness file", "path", p)
 	}
 }
@@ -381,7 +374,7 @@ func (d *Daemon) clearReady() {
 		return
 	}
 	p := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
-	if err := atomicfile.Remove(p); err != nil {
+	if err := wire.RemoveVFIOReady(p); err != nil {
 		d.opts.Log.Error(err, "Cannot remove readiness file", "path", p)
 	}
 }

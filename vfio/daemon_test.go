@@ -2,7 +2,6 @@ package vfio
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -27,21 +27,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testutil.Eventually(t, 10*time.Second, what, cond)
 }
 
-func readReady(dir string) (*ReadyReport, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, names.VFIOReadyFile))
-	if err != nil {
-		return nil, false
-	}
-	var r ReadyReport
-	if json.Unmarshal(b, &r) != nil {
-		return nil, false
-	}
-	return &r, true
+func readReady(dir string) (*wire.VFIOReady, bool) {
+	r, err := wire.ReadVFIOReady(filepath.Join(dir, names.VFIOReadyFile))
+	return r, err == nil
 }
 
-func refusedFor(r *ReadyReport, a host.Address) string {
+func refusedFor(r *wire.VFIOReady, a host.Address) string {
 	for _, x := range r.Refused {
-		if x.Address == a {
+		if x.Address == string(a) {
 			return x.Reason
 		}
 	}
@@ -90,7 +83,7 @@ func TestDaemonHoldsDesiredStateAndNeverUnbindsInUse(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte("all: true\n"), 0o644))
 
 	rd := startDaemon(t, h, cfg, ready)
-	var rep *ReadyReport
+	var rep *wire.VFIOReady
 	eventually(t, "readiness file", func() (ok bool) { rep, ok = readReady(ready); return ok })
 	assert.Equal(t, []string{"0000:af:00.0"}, rep.VFIO)
 	assert.Contains(t, refusedFor(rep, "0000:3b:00.0"), "in use", "the busy GPU is reported")
@@ -162,7 +155,7 @@ func TestDaemonBadConfigIsNotReady(t *testing.T) {
 	ready, why := rep.Judge(time.Now())
 	assert.False(t, ready)
 	assert.Contains(t, why, "../../x")
-	assert.False(t, IsReady(filepath.Join(dir, names.VFIOReadyFile)))
+	assert.False(t, wire.VFIOIsReady(filepath.Join(dir, names.VFIOReadyFile)))
 }
 
 func TestDaemonReadinessAndMetrics(t *testing.T) {
@@ -200,7 +193,7 @@ func TestDaemonReportsMissingDevices(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, rep.Ready)
 	assert.Equal(t, []string{"0000:3b:00.0"}, rep.VFIO)
-	assert.Contains(t, refusedFor(rep, "0000:af:00.0"), "not found")
+	assert.Contains(t, refusedFor(rep.Wire(), "0000:af:00.0"), "not found")
 	assert.Equal(t, "vfio-pci", k.DriverOf("0000:3b:00.0"))
 }
 
@@ -216,7 +209,7 @@ func TestReadinessIsHonest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	var first *ReadyReport
+	var first *wire.VFIOReady
 	eventually(t, "the readiness file", func() (ok bool) { first, ok = readReady(dir); return ok })
 	ok, why := first.Judge(time.Now())
 	assert.False(t, ok)
@@ -238,11 +231,11 @@ func TestReadinessIsHonest(t *testing.T) {
 	_, err = d.Reconcile(context.Background())
 	require.NoError(t, err)
 	path := filepath.Join(dir, names.VFIOReadyFile)
-	require.True(t, IsReady(path), "written just now by a live daemon")
-	r, err := ReadReadyFile(path)
+	require.True(t, wire.VFIOIsReady(path), "written just now by a live daemon")
+	r, err := wire.ReadVFIOReady(path)
 	require.NoError(t, err)
 	ok, why = r.Judge(r.Expires.Add(time.Millisecond))
 	assert.False(t, ok, "past its expiry the file is a dead daemon's")
 	assert.Contains(t, why, "is not running")
-	eventually(t, "the file to expire without a daemon", func() bool { return !IsReady(path) })
+	eventually(t, "the file to expire without a daemon", func() bool { return !wire.VFIOIsReady(path) })
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // TestDaemonReplacesAFIFOAtTheReadyPath: a FIFO planted at the ready path
@@ -27,7 +28,7 @@ func TestDaemonReplacesAFIFOAtTheReadyPath(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(path, 0o644))
 
 	read := make(chan error, 1)
-	go func() { _, err := ReadReadyFile(path); read <- err }()
+	go func() { _, err := wire.ReadVFIOReady(path); read <- err }()
 	select {
 	case err := <-read:
 		require.Error(t, err)
@@ -36,14 +37,14 @@ func TestDaemonReplacesAFIFOAtTheReadyPath(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("ReadReadyFile blocked on a FIFO")
 	}
-	assert.False(t, IsReady(path))
+	assert.False(t, wire.VFIOIsReady(path))
 
 	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: dir, Heartbeat: 20 * time.Millisecond, Log: logr.Discard()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	eventually(t, "the daemon's report in place of the FIFO", func() bool { return IsReady(path) })
+	eventually(t, "the daemon's report in place of the FIFO", func() bool { return wire.VFIOIsReady(path) })
 	cancel()
 	select {
 	case err := <-done:
@@ -70,15 +71,15 @@ func TestReadyFileReadersRefuseLinksAndHugeFiles(t *testing.T) {
 	_, err = d.Reconcile(context.Background())
 	require.NoError(t, err)
 	outside := filepath.Join(d.opts.ReadyDir, names.VFIOReadyFile)
-	require.True(t, IsReady(outside))
+	require.True(t, wire.VFIOIsReady(outside))
 	before, err := os.ReadFile(outside)
 	require.NoError(t, err)
 
 	require.NoError(t, os.Symlink(outside, path))
-	_, err = ReadReadyFile(path)
+	_, err = wire.ReadVFIOReady(path)
 	require.ErrorContains(t, err, path)
 	assert.ErrorContains(t, err, "symbolic link")
-	assert.False(t, IsReady(path), "a link to a ready report is no readiness")
+	assert.False(t, wire.VFIOIsReady(path), "a link to a ready report is no readiness")
 
 	w, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, ReadyDir: dir, Heartbeat: time.Hour, Log: logr.Discard()})
 	require.NoError(t, err)
@@ -93,7 +94,7 @@ func TestReadyFileReadersRefuseLinksAndHugeFiles(t *testing.T) {
 
 	require.NoError(t, os.Remove(path))
 	require.NoError(t, os.WriteFile(path, make([]byte, atomicfile.MaxSize+1), 0o644))
-	_, err = ReadReadyFile(path)
+	_, err = wire.ReadVFIOReady(path)
 	require.ErrorContains(t, err, path)
 	assert.ErrorContains(t, err, "over the")
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // releasing reports whether the daemon runs in release mode (a fixed
@@ -73,11 +73,11 @@ func (d *Daemon) judgeRelease(rep *ReadyReport, sel Selection) error {
 
 // ReleaseReport is a release daemon's report for its Node: done when
 // ready, else the reason and the functions left on vfio.
-func ReleaseReport(rep *ReadyReport) nodereport.Release {
+func ReleaseReport(rep *ReadyReport) wire.ReleaseReport {
 	if rep.Ready {
-		return nodereport.Release{Done: true}
+		return wire.ReleaseReport{Done: true}
 	}
-	r := nodereport.Release{Reason: rep.Reason, Left: append([]string(nil), rep.VFIO...)}
+	r := wire.ReleaseReport{Reason: rep.Reason, Left: append([]string(nil), rep.VFIO...)}
 	if r.Reason == "" {
 		r.Reason = "not released yet"
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // TestReleaseSelections: release returns every function of the vendor,
@@ -40,7 +40,7 @@ func TestReleaseSelections(t *testing.T) {
 type releaseDaemon struct {
 	*runningDaemon
 	mu      sync.Mutex
-	reports []nodereport.Release
+	reports []wire.ReleaseReport
 }
 
 func startRelease(t *testing.T, h *host.Host, dir string, alloc Allocations) *releaseDaemon {
@@ -61,11 +61,11 @@ func startRelease(t *testing.T, h *host.Host, dir string, alloc Allocations) *re
 	return rd
 }
 
-func (rd *releaseDaemon) last() (nodereport.Release, bool) {
+func (rd *releaseDaemon) last() (wire.ReleaseReport, bool) {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	if len(rd.reports) == 0 {
-		return nodereport.Release{}, false
+		return wire.ReleaseReport{}, false
 	}
 	return rd.reports[len(rd.reports)-1], true
 }
@@ -101,7 +101,7 @@ func TestReleaseReturnsEveryIdleFunction(t *testing.T) {
 		}
 		return true
 	})
-	var rep nodereport.Release
+	var rep wire.ReleaseReport
 	eventually(t, "a report naming both", func() (ok bool) {
 		rep, ok = rd.last()
 		return ok && len(rep.Left) == 2
@@ -162,9 +162,9 @@ func TestReleaseHoldsTheLockForItsLife(t *testing.T) {
 // TestReleaseReportFromReadiness: a ready report is done; otherwise the
 // reason and what is left, with a reason even when the daemon gave none.
 func TestReleaseReportFromReadiness(t *testing.T) {
-	assert.Equal(t, nodereport.Release{Done: true}, ReleaseReport(&ReadyReport{Ready: true, VFIO: []string{}}))
-	assert.Equal(t, nodereport.Release{Reason: "not released yet"}, ReleaseReport(&ReadyReport{}))
-	assert.Equal(t, nodereport.Release{Reason: "cannot reconcile: boom", Left: []string{"0000:3b:00.0"}},
+	assert.Equal(t, wire.ReleaseReport{Done: true}, ReleaseReport(&ReadyReport{Ready: true, VFIO: []string{}}))
+	assert.Equal(t, wire.ReleaseReport{Reason: "not released yet"}, ReleaseReport(&ReadyReport{}))
+	assert.Equal(t, wire.ReleaseReport{Reason: "cannot reconcile: boom", Left: []string{"0000:3b:00.0"}},
 		ReleaseReport(&ReadyReport{Reason: "cannot reconcile: boom", VFIO: []string{"0000:3b:00.0"}}))
 }
 

@@ -2,7 +2,6 @@ package vfio
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // startAPIServer runs a real kube-apiserver and etcd for one test.
@@ -37,21 +38,6 @@ func startAPIServer(t *testing.T) *rest.Config {
 	return cfg
 }
 
-// nodeClient is the daemon's minimal client on the test's API server
-// (client certificates instead of the pod's token).
-func nodeClient(t *testing.T, cfg *rest.Config) *nodereport.Client {
-	t.Helper()
-	hc, err := rest.HTTPClientFor(cfg)
-	require.NoError(t, err)
-	host := cfg.Host
-	if !strings.Contains(host, "://") {
-		host = "https://" + host
-	}
-	base, err := url.Parse(host)
-	require.NoError(t, err)
-	return &nodereport.Client{Base: base, HTTP: hc}
-}
-
 func annotateNode(t *testing.T, cs kubernetes.Interface, node, value string) {
 	t.Helper()
 	v := `"` + value + `"`
@@ -63,16 +49,36 @@ func annotateNode(t *testing.T, cs kubernetes.Interface, node, value string) {
 	require.NoError(t, err)
 }
 
-func splitAnnotation(t *testing.T, cs kubernetes.Interface, node string) (nodereport.Split, bool) {
+func splitAnnotation(t *testing.T, cs kubernetes.Interface, node string) (wire.SplitReport, bool) {
 	n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	require.NoError(t, err)
 	v, ok := n.Annotations[names.VMGPUsReportAnnotation]
 	if !ok {
-		return nodereport.Split{}, false
+		return wire.SplitReport{}, false
 	}
-	s, err := nodereport.ParseSplit(v)
+	s, err := wire.ParseSplitReport(v)
 	require.NoError(t, err)
 	return s, true
+}
+
+// notRead runs ns until its declaration is an error containing want,
+// and checks that it publishes nothing meanwhile.
+func notRead(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns *NodeSplit, want string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go ns.Run(ctx)
+	decl := ns.Declaration()
+	var err error
+	eventually(t, want, func() bool {
+		_, err = decl.Get()
+		return err != nil && strings.Contains(err.Error(), want)
+	})
+	ns.Publish(ctx, &ReadyReport{Ready: true})
+	n, getErr := cs.CoreV1().Nodes().Get(ctx, ns.node, metav1.GetOptions{})
+	if getErr == nil {
+		assert.NotContains(t, n.Annotations, names.VMGPUsReportAnnotation, "nothing published before the Node is read")
+	}
 }
 
 // TestDaemonFollowsItsNodesAnnotation: on a real API server, the VFIO
@@ -80,7 +86,9 @@ func splitAnnotation(t *testing.T, cs kubernetes.Interface, node string) (nodere
 // it with a patch (2, then 3, then a bad value, then none: every GPU),
 // with no resync, and publishes each split in
 // sandbox-gpu.io/vm-gpus-report; the bad value moves nothing and is
-// reported naming node, annotation and value.
+// reported naming node, annotation and value. Before its Node is read
+// (none yet, or the list refused) the declaration is an error saying why,
+// and nothing is published.
 func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 	cfg := startAPIServer(t)
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -93,7 +101,16 @@ func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 	k, h := buildFixture(t, "hgx-h100")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns := NewNodeSplit(nodeClient(t, cfg), node, logr.Discard())
+	// The daemon's client: Node metadata only (kubeclient.Metadata).
+	mc, err := metadata.NewForConfig(cfg)
+	require.NoError(t, err)
+	notRead(ctx, t, cs, NewNodeSplit(ownmeta.Metadata(mc), "gpu-absent", logr.Discard()), "node gpu-absent: annotation sandbox-gpu.io/vm-gpus: not read yet: no such Node")
+	anonymous, err := metadata.NewForConfig(rest.AnonymousClientConfig(cfg))
+	require.NoError(t, err)
+	notRead(ctx, t, cs, NewNodeSplit(ownmeta.Metadata(anonymous), node, logr.Discard()), `node gpu-1: annotation sandbox-gpu.io/vm-gpus: not read yet: node gpu-1: watch: `+
+		`failed to list *v1.PartialObjectMetadata: nodes "gpu-1" is forbidden`)
+
+	ns := NewNodeSplit(ownmeta.Metadata(mc), node, logr.Discard())
 	go ns.Run(ctx)
 	d, err := NewDaemon(DaemonOptions{Host: h, Desired: Desired{All: true}, Resync: time.Hour, Log: logr.Discard(),
 		VMGPUsFrom: ns.Declaration(), OnReport: ns.Publish})
@@ -101,9 +118,9 @@ func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 	rd := &runningDaemon{d: d, cancel: cancel, done: make(chan error, 1)}
 	go func() { rd.done <- d.Run(ctx) }()
 
-	published := func(what string, cond func(nodereport.Split) bool) nodereport.Split {
+	published := func(what string, cond func(wire.SplitReport) bool) wire.SplitReport {
 		t.Helper()
-		var s nodereport.Split
+		var s wire.SplitReport
 		eventually(t, what, func() bool {
 			var ok bool
 			s, ok = splitAnnotation(t, cs, node)
@@ -111,19 +128,19 @@ func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 		})
 		return s
 	}
-	s := published("two VM GPUs", func(s nodereport.Split) bool { return s.Ready && s.Declared == "2" })
+	s := published("two VM GPUs", func(s wire.SplitReport) bool { return s.Ready && s.Declared == "2" })
 	assert.Equal(t, []string{"0000:9a:00.0", "0000:ab:00.0"}, s.VM)
 	assert.Len(t, s.Container, 6)
 	assert.True(t, onDrivers(k, "vfio-pci", hgx(4, 5)))
 
 	annotateNode(t, cs, node, "3")
-	s = published("three VM GPUs", func(s nodereport.Split) bool { return s.Ready && s.Declared == "3" })
+	s = published("three VM GPUs", func(s wire.SplitReport) bool { return s.Ready && s.Declared == "3" })
 	assert.Equal(t, []string{"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0"}, s.VM)
 	assert.True(t, onDrivers(k, "vfio-pci", hgx(4, 5, 6)))
 
 	before := drivers(k)
 	annotateNode(t, cs, node, "three")
-	s = published("the bad value reported", func(s nodereport.Split) bool { return !s.Ready && s.Declared == "three" })
+	s = published("the bad value reported", func(s wire.SplitReport) bool { return !s.Ready && s.Declared == "three" })
 	assert.Contains(t, s.Reason, `node gpu-1: annotation sandbox-gpu.io/vm-gpus: bad input: "three"`)
 	ok, detail := d.Readiness()
 	assert.False(t, ok)
@@ -131,7 +148,7 @@ func TestDaemonFollowsItsNodesAnnotation(t *testing.T) {
 	assert.Equal(t, before, drivers(k), "a bad value moves nothing")
 
 	annotateNode(t, cs, node, "-")
-	s = published("every GPU", func(s nodereport.Split) bool { return s.Ready && s.Declared == "" })
+	s = published("every GPU", func(s wire.SplitReport) bool { return s.Ready && s.Declared == "" })
 	assert.Len(t, s.VM, 8)
 	assert.Empty(t, s.Container)
 	assert.True(t, onDrivers(k, "vfio-pci", hgxGPUs))

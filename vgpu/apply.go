@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // ApplyOptions tune Apply.
@@ -73,9 +73,10 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Resul
 	if plan.Changes() && o.PauseFile != "" {
 		// Never through a link or into a FIFO planted at the path; the
 		// removal unlinks the path itself, never a link's target.
-		if _, pauseErr = atomicfile.Write(o.PauseFile, []byte("vGPU changes in progress\n"), 0o644); pauseErr == nil {
+		pause := wire.VGPUPause(o.PauseFile)
+		if pauseErr = pause.Set(); pauseErr == nil {
 			defer func() {
-				if err := atomicfile.Remove(o.PauseFile); err != nil {
+				if err := pause.Clear(); err != nil {
 					res.Errors = append(res.Errors, fmt.Sprintf("failed: remove pause file: %v", err))
 				}
 			}()

@@ -3,7 +3,7 @@
 //
 // A command calls, in order:
 //
-//	cfg, err := vgpu.LoadConfig(file)                  // or vgpu.DefaultConfig()
+//	cfg, err := vgpuconfig.Load(file)                  // or vgpuconfig.Default()
 //	plan, err := vgpu.PlanConfig(ctx, h, cfg, name, vgpu.Options{NodeName: node, Allocated: a})
 //	res := vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{PauseFile: pause})
 //	jsonout.Write(w, vgpu.ResultReport(res)) // or vgpu.WriteTable; vgpu.PlanReport for plan
@@ -11,7 +11,7 @@
 //
 // and, on a node, vgpu.Run(ctx, vgpu.RunOptions{...}). Errors map to the
 // contract's exit codes with vgpu.ExitCode, or through the command shell:
-// a ConfigError exits 1, a RefusedError 2.
+// a vgpuconfig.Error exits 1, a RefusedError 2.
 //
 // Backends are chosen per GPU from sysfs: mdev types on the GPU (pre-Ampere
 // and Ampere without SR-IOV), mdev types on SR-IOV VFs (Ampere: one vGPU

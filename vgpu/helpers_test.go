@@ -10,6 +10,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 const testNode = "node-a"
@@ -42,9 +43,9 @@ vgpu-configs:
       vgpu-devices: {}
 `
 
-func parse(t testing.TB, text string) *Config {
+func parse(t testing.TB, text string) *vgpuconfig.Config {
 	t.Helper()
-	c, err := ParseConfig("test.yaml", []byte(text))
+	c, err := vgpuconfig.Parse("test.yaml", []byte(text))
 	require.NoError(t, err)
 	return c
 }
@@ -54,7 +55,7 @@ func fixture(t testing.TB, name string) (*hostsim.Kernel, *host.Host) {
 	return hostsim.NewHost(t, name)
 }
 
-func planOf(t testing.TB, h *host.Host, cfg *Config, selected string, o Options) *Plan {
+func planOf(t testing.TB, h *host.Host, cfg *vgpuconfig.Config, selected string, o Options) *Plan {
 	t.Helper()
 	if o.NodeName == "" {
 		o.NodeName = testNode
@@ -65,7 +66,7 @@ func planOf(t testing.TB, h *host.Host, cfg *Config, selected string, o Options)
 }
 
 // apply plans and applies a config.
-func apply(t testing.TB, h *host.Host, cfg *Config, selected string, o Options, ao ApplyOptions) *Result {
+func apply(t testing.TB, h *host.Host, cfg *vgpuconfig.Config, selected string, o Options, ao ApplyOptions) *Result {
 	t.Helper()
 	return Apply(context.Background(), h, planOf(t, h, cfg, selected, o), ao)
 }

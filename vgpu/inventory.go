@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 // Backend is how a GPU makes vGPUs, decided from what sysfs offers.
@@ -32,7 +33,7 @@ const (
 type GPU struct {
 	Index    int // order among NVIDIA GPUs by PCI address, as NVIDIA's tool numbers them
 	Address  host.Address
-	ID       DeviceID
+	ID       vgpuconfig.DeviceID
 	Backend  Backend
 	TotalVFs int
 	VFs      []host.Address // enabled VFs
@@ -100,7 +101,7 @@ func Inventory(h *host.Host, names TypeNamer) ([]*GPU, error) {
 		if f.Vendor != host.VendorNVIDIA || f.Role != host.RoleGPU || f.PhysFn != "" {
 			continue
 		}
-		g := &GPU{Index: len(gpus), Address: f.Address, ID: DeviceID{Device: f.Device, Vendor: f.Vendor}, TotalVFs: f.SRIOVTotalVFs, VFs: f.VirtFns}
+		g := &GPU{Index: len(gpus), Address: f.Address, ID: vgpuconfig.DeviceID{Device: f.Device, Vendor: f.Vendor}, TotalVFs: f.SRIOVTotalVFs, VFs: f.VirtFns}
 		if err := readGPU(h, g, mdevs, names); err != nil {
 			return nil, fmt.Errorf("%s: %w", g.Describe(), err)
 		}
@@ -164,7 +165,7 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 	for _, p := range sortedAddrs(byParent) {
 		for _, mt := range byParent[p] {
 			name := host.ShortTypeName(mt.Name)
-			tn, err := ParseTypeName(name)
+			tn, err := vgpuconfig.ParseTypeName(name)
 			if err != nil {
 				continue // not a vGPU type name NVIDIA's configs could select
 			}
@@ -231,12 +232,12 @@ func readVendorGPU(h *host.Host, g *GPU, namer TypeNamer) error {
 	}
 	seen := map[string]bool{}
 	for id, name := range names {
-		tn, err := ParseTypeName(name)
+		tn, err := vgpuconfig.ParseTypeName(name)
 		if err != nil || seen[name] {
 			continue
 		}
 		seen[name] = true
-		t := TypeInfo{Name: name, ID: strconv.Itoa(id), SizeGB: tn.SizeGB, Max: catalogMax(g.ID.Device, name), MaxFrom: "catalog"}
+		t := TypeInfo{Name: name, ID: strconv.Itoa(id), SizeGB: tn.SizeGB, Max: vgpuconfig.CatalogMax(g.ID.Device, name), MaxFrom: "catalog"}
 		t.Max, t.MaxFrom = capByVFs(t.Max, t.MaxFrom, len(g.VFs))
 		g.Types = append(g.Types, t)
 	}
@@ -261,7 +262,7 @@ func capByVFs(n int, from string, vfs int) (int, string) {
 }
 
 func sortTypes(ts []TypeInfo) {
-	sort.Slice(ts, func(i, j int) bool { return typeLess(ts[i].Name, ts[j].Name) })
+	sort.Slice(ts, func(i, j int) bool { return vgpuconfig.TypeLess(ts[i].Name, ts[j].Name) })
 }
 
 func sortedAddrs[V any](m map[host.Address]V) []host.Address {
@@ -297,6 +298,16 @@ func (g *GPU) counts() map[string]int {
 	out := map[string]int{}
 	for _, v := range g.VGPUs {
 		out[v.Type]++
+	}
+	return out
+}
+
+// catalogTypes are the catalog's types of a device id (vgpuconfig.Catalog),
+// their capacity from the catalog.
+func catalogTypes(device uint16) []TypeInfo {
+	var out []TypeInfo
+	for _, t := range vgpuconfig.Catalog(device) {
+		out = append(out, TypeInfo{Name: t.Name, ID: t.ID, SizeGB: t.SizeGB, Max: t.Max, MaxFrom: "catalog"})
 	}
 	return out
 }

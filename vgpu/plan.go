@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 // Options configure planning and applying.
@@ -59,7 +60,7 @@ type GPUPlan struct {
 	Refused  string         // non-empty: the GPU is left exactly as it is
 	Deferred bool           // types are checked once the VFs are enabled (a model the catalog lacks)
 
-	entries []Entry // the config's entries, to resolve again once VFs exist
+	entries []vgpuconfig.Entry // the config's entries, to resolve again once VFs exist
 }
 
 // Plan is what applying a config does; computing it changes nothing.
@@ -99,9 +100,9 @@ type Refusal struct {
 }
 
 // PlanConfig plans the selected config of cfg on the host. A config error
-// (ConfigError: exit 1) comes back before anything is planned; GPUs whose
+// (vgpuconfig.Error: exit 1) comes back before anything is planned; GPUs whose
 // change would remove a vGPU in use are refused in the plan, whole.
-func PlanConfig(ctx context.Context, h *host.Host, cfg *Config, selected string, o Options) (*Plan, error) {
+func PlanConfig(ctx context.Context, h *host.Host, cfg *vgpuconfig.Config, selected string, o Options) (*Plan, error) {
 	entries, err := cfg.Select(selected)
 	if err != nil {
 		return nil, err
@@ -200,7 +201,7 @@ func choose(g *GPU, want map[string]int, node string, u *usage) (keep, remove []
 			rank[v.ID] = 1 << 20
 			if u.busy(v, true) != "" {
 				rank[v.ID] = -1
-			} else if s, ok := stableSlot(node, g.Address, v.ID, len(g.VGPUs)+maxVGPUsPerGPU); ok {
+			} else if s, ok := stableSlot(node, g.Address, v.ID, len(g.VGPUs)+vgpuconfig.MaxVGPUsPerGPU); ok {
 				rank[v.ID] = s
 			}
 		}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 // TestReadyNamesVendorTypeIDs: the report names the vendor-specific VFIO
@@ -12,13 +14,13 @@ import (
 // KubeVirt device plugin names its resources from them).
 func TestReadyNamesVendorTypeIDs(t *testing.T) {
 	_, h := fixture(t, "l40s-vgpu")
-	cfg, err := DefaultConfig()
+	cfg, err := vgpuconfig.Default()
 	require.NoError(t, err)
 	res := apply(t, h, cfg, "L40S-24Q", Options{NodeName: "n"}, ApplyOptions{})
 	require.True(t, res.OK())
 	gpus, err := Inventory(h, nil)
 	require.NoError(t, err)
-	ready := readyGPUs(gpus)
+	ready := ReadyGPUs(gpus)
 	require.NotEmpty(t, ready)
 	for _, g := range ready {
 		assert.Equal(t, map[string]string{"1155": "L40S-24Q"}, g.TypeIDs, g.Address)
@@ -30,5 +32,5 @@ func TestReadyNamesVendorTypeIDs(t *testing.T) {
 	require.True(t, res.OK())
 	gpus, err = Inventory(h, nil)
 	require.NoError(t, err)
-	assert.Nil(t, readyGPUs(gpus)[0].TypeIDs, "mdev types are named by sysfs")
+	assert.Nil(t, ReadyGPUs(gpus)[0].TypeIDs, "mdev types are named by sysfs")
 }

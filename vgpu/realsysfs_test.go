@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 type refuseWrites struct{ n int }
@@ -34,11 +35,11 @@ func TestPlanRealSysfs(t *testing.T) {
 		assert.Equal(t, i, g.Index)
 		t.Logf("%s: backend %s, %d types, %d vGPUs", g.Describe(), g.Backend, len(g.Types), len(g.VGPUs))
 	}
-	def, err := DefaultConfig()
+	def, err := vgpuconfig.Default()
 	require.NoError(t, err)
-	p, err := PlanConfig(t.Context(), h, def, DefaultConfigName, Options{NodeName: "real"})
+	p, err := PlanConfig(t.Context(), h, def, vgpuconfig.DefaultName, Options{NodeName: "real"})
 	if err != nil {
-		assert.True(t, IsConfigError(err), "%v", err)
+		assert.True(t, vgpuconfig.IsError(err), "%v", err)
 		t.Logf("plan: %v", err)
 	} else {
 		assert.Len(t, p.GPUs, len(gpus))

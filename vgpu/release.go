@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // PlanRelease plans what a node leaving vm-vgpu needs: every vGPU of every
@@ -73,9 +73,9 @@ func leftOver(gpus []*GPU) []string {
 }
 
 // releaseReport is the release's report for the Node.
-func releaseReport(rep ReadyReport, left []string) nodereport.Release {
+func releaseReport(rep wire.VGPUReady, left []string) wire.ReleaseReport {
 	if rep.State == StateSuccess {
-		return nodereport.Release{Done: true}
+		return wire.ReleaseReport{Done: true}
 	}
 	var reasons []string
 	if rep.Error != "" {
@@ -87,7 +87,7 @@ func releaseReport(rep ReadyReport, left []string) nodereport.Release {
 	if len(reasons) == 0 {
 		reasons = []string{"vGPUs or VFs are left on " + strings.Join(left, ", ")}
 	}
-	return nodereport.Release{Reason: strings.Join(reasons, "; "), Left: left}
+	return wire.ReleaseReport{Reason: strings.Join(reasons, "; "), Left: left}
 }
 
 // releasePass runs the release once and returns the state it left:
@@ -99,12 +99,12 @@ func (r *runner) releasePass(ctx context.Context) (state string) {
 		r.o.Log.Info("Node not found; waiting for it", "node", r.o.NodeName)
 		return ""
 	}
-	rep := ReadyReport{Release: true, State: StateFailed}
+	rep := wire.VGPUReady{Release: true, State: StateFailed}
 	var left []string
 	defer func() {
 		state = rep.State
 		r.finish(&rep)
-		if err := r.publisher.Publish(ctx, releaseReport(rep, left)); err != nil {
+		if err := r.publisher.Publish(ctx, releaseReport(rep, left).Encode()); err != nil {
 			r.o.Log.Error(err, "Cannot publish the release report")
 		}
 	}()
@@ -119,7 +119,7 @@ func (r *runner) releasePass(ctx context.Context) (state string) {
 	for _, g := range res.GPUs {
 		gpus = append(gpus, g.GPU)
 	}
-	rep.GPUs, rep.Refused, left = readyGPUs(gpus), res.Refused, leftOver(gpus)
+	rep.GPUs, rep.Refused, left = ReadyGPUs(gpus), readyRefusals(res.Refused), leftOver(gpus)
 	if !res.OK() {
 		r.event(ctx, node, corev1.EventTypeWarning, EventReleaseRefused, fmt.Sprintf("release: %v", res.Err()))
 		return

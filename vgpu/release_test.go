@@ -22,8 +22,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 func release(t testing.TB, h *host.Host, o Options, ao ApplyOptions) *Result {
@@ -155,8 +155,8 @@ func TestRunRelease(t *testing.T) {
 	require.NoError(t, os.WriteFile(ready, []byte(`{"config":"small","state":"success"}`), 0o644))
 	lock := filepath.Join(runDir, names.VGPULockFile)
 	var mu sync.Mutex
-	var last ReadyReport
-	observe := func(r ReadyReport) {
+	var last wire.VGPUReady
+	observe := func(r wire.VGPUReady) {
 		mu.Lock()
 		defer mu.Unlock()
 		last = r
@@ -167,10 +167,10 @@ func TestRunRelease(t *testing.T) {
 			Resync: time.Hour, Retry: 100 * time.Millisecond, Log: logr.Discard(), Observe: observe})
 	}()
 	f := &runFixture{cs: cs, node: node, k: k, h: h}
-	report := func() nodereport.Release {
-		r, err := nodereport.Parse(f.get(t).Annotations[names.ReleaseReportAnnotation(names.VGPUDeviceManager)])
+	report := func() wire.ReleaseReport {
+		r, err := wire.ParseReleaseReport(f.get(t).Annotations[names.ReleaseReportAnnotation(names.VGPUDeviceManager)])
 		if err != nil {
-			return nodereport.Release{}
+			return wire.ReleaseReport{}
 		}
 		return r
 	}

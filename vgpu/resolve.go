@@ -2,8 +2,12 @@ package vgpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
 // resolved is what the selected config asks of one GPU.
@@ -29,15 +33,15 @@ type resolved struct {
 //     framebuffer size (NVIDIA's default, non-heterogeneous mode), and at
 //     most as many vGPUs as the GPU holds.
 //
-// Any violation is a ConfigError naming the config, the key and the GPU.
-func resolve(file, config string, entries []Entry, g *GPU) (resolved, error) {
+// Any violation is a vgpuconfig.Error naming the config, the key and the GPU.
+func resolve(file, config string, entries []vgpuconfig.Entry, g *GPU) (resolved, error) {
 	r := resolved{entry: -1}
-	var fits, foreign []Entry
+	var fits, foreign []vgpuconfig.Entry
 	// Types cannot be known before the VFs of a model the catalog lacks
 	// exist, nor on its full vendor-VFIO card (nothing lists names then).
 	unknown := len(g.Types) == 0 && (g.Backend == BackendSRIOV || g.Backend == BackendVendorVFIO && len(g.VGPUs) > 0)
 	for _, e := range entries {
-		if !e.matches(g.Index, g.ID) {
+		if !e.Matches(g.Index, g.ID) {
 			continue
 		}
 		if unknown {
@@ -71,7 +75,7 @@ func resolve(file, config string, entries []Entry, g *GPU) (resolved, error) {
 	}
 	key := fmt.Sprintf("vgpu-configs.%s[%d].vgpu-devices", config, e.Index)
 	fail := func(key, format string, args ...any) error {
-		return &ConfigError{File: file, Config: config, Key: key, GPU: g.Describe(), Msg: fmt.Sprintf(format, args...)}
+		return &vgpuconfig.Error{File: file, Config: config, Key: key, GPU: g.Describe(), Msg: fmt.Sprintf(format, args...)}
 	}
 	types := sortedKeys(e.VGPUs)
 	for _, t := range types {
@@ -113,3 +117,5 @@ func sortedInts[V any](m map[int]V) []int {
 	sort.Ints(out)
 	return out
 }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -10,16 +10,15 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // RunOptions configure Run.
@@ -30,7 +29,7 @@ type RunOptions struct {
 	// its folder is watched).
 	ConfigFile string
 	// Default is the config of a node without the nvidia.com/vgpu.config
-	// label (the policy's default; DefaultConfigName when empty).
+	// label (the policy's default; vgpuconfig.DefaultName when empty).
 	Default string
 	Host    *host.Host
 	// RunDir holds the pause and ready files (names.RunDir on a node).
@@ -46,7 +45,7 @@ type RunOptions struct {
 	Retry time.Duration
 	Log   logr.Logger
 	// Observe, when set, gets the ready report after every pass.
-	Observe func(ReadyReport)
+	Observe func(wire.VGPUReady)
 	// LockFile, when set, is the host-wide lock (names.VGPULockFile in the
 	// run dir): each pass holds it; a release holds it for its life.
 	LockFile string
@@ -81,7 +80,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return errors.New("vgpu run: no run folder")
 	}
 	if o.Default == "" {
-		o.Default = DefaultConfigName
+		o.Default = vgpuconfig.DefaultName
 	}
 	if o.Resync <= 0 {
 		o.Resync = 5 * time.Minute
@@ -95,11 +94,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	r := &runner{o: o, stale: map[string]bool{}}
 	if o.Release {
-		r.publisher = &nodereport.Publisher{Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager),
-			Patch: func(ctx context.Context, node string, patch []byte) error {
-				_, err := o.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-				return err
-			}}
+		r.publisher = &ownmeta.Publisher{Patch: ownnode.Typed(o.Client).Patch, Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager)}
 	}
 	nw, err := ownnode.Watch(ctx, o.Client, o.NodeName, func(old, cur *corev1.Node) bool {
 		return old == nil || cur != nil && old.Labels[names.VGPUConfigLabel] != cur.Labels[names.VGPUConfigLabel]
@@ -148,7 +143,7 @@ type runner struct {
 	// repeated failure is not reported again.
 	lastEvent string
 	// publisher writes a release's report on the Node (release only).
-	publisher *nodereport.Publisher
+	publisher *ownmeta.Publisher
 	// locked: the release holds the host lock for its life.
 	locked bool
 }
@@ -177,10 +172,10 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	if selected == "" {
 		selected = r.o.Default
 	}
-	rep := ReadyReport{Config: selected, State: StateFailed}
+	rep := wire.VGPUReady{Config: selected, State: StateFailed}
 	defer func() { state = rep.State }()
 	defer r.finish(&rep)
-	cfg, err := LoadConfig(r.o.ConfigFile)
+	cfg, err := vgpuconfig.Load(r.o.ConfigFile)
 	var plan *Plan
 	if err == nil {
 		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.o.TypeNames})
@@ -188,10 +183,10 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	if err != nil {
 		rep.Error = err.Error()
 		if gpus, ierr := Inventory(r.o.Host, r.o.TypeNames); ierr == nil {
-			rep.GPUs = readyGPUs(gpus)
+			rep.GPUs = ReadyGPUs(gpus)
 		}
 		reason := EventFailed
-		if IsConfigError(err) {
+		if vgpuconfig.IsError(err) {
 			reason = EventConfigInvalid
 		}
 		r.setState(ctx, node, StateFailed)
@@ -206,7 +201,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	for _, g := range res.GPUs {
 		gpus = append(gpus, g.GPU)
 	}
-	rep.GPUs, rep.Refused = readyGPUs(gpus), res.Refused
+	rep.GPUs, rep.Refused = ReadyGPUs(gpus), readyRefusals(res.Refused)
 	if !res.OK() {
 		r.setState(ctx, node, StateFailed)
 		r.event(ctx, node, corev1.EventTypeWarning, EventRefused, fmt.Sprintf("config %q: %v", selected, res.Err()))
@@ -223,22 +218,22 @@ func (r *runner) pass(ctx context.Context) (state string) {
 
 // finish removes a pause file a crash left, writes the ready file and
 // tells the observer.
-func (r *runner) finish(rep *ReadyReport) {
-	pause := filepath.Join(r.o.RunDir, names.VGPUPauseFile)
-	if err := atomicfile.Remove(pause); err != nil {
+func (r *runner) finish(rep *wire.VGPUReady) {
+	pause := wire.VGPUPause(filepath.Join(r.o.RunDir, names.VGPUPauseFile))
+	if err := pause.Clear(); err != nil {
 		r.o.Log.Error(err, "Cannot remove the pause file", "file", pause)
 	}
 	if rep.GPUs == nil {
-		rep.GPUs = []ReadyGPU{}
+		rep.GPUs = []wire.VGPUGPU{}
 	}
 	ready := filepath.Join(r.o.RunDir, names.VGPUReadyFile)
 	if r.o.Release {
 		// The report of the config being left is stale: the validator of a
 		// later vm-vgpu config must not take it for its own.
-		if err := atomicfile.Remove(ready); err != nil {
+		if err := wire.RemoveVGPUReady(ready); err != nil {
 			r.o.Log.Error(err, "Cannot remove the ready file", "file", ready)
 		}
-	} else if err := writeReady(ready, *rep); err != nil {
+	} else if err := wire.WriteVGPUReady(ready, *rep); err != nil {
 		r.o.Log.Error(err, "Cannot write the ready file")
 	}
 	r.o.Log.V(1).Info("Applied", "node", r.o.NodeName, "config", rep.Config, "state", rep.State, "refused", len(rep.Refused), "error", rep.Error)
@@ -247,7 +242,7 @@ func (r *runner) finish(rep *ReadyReport) {
 	}
 }
 
-func summary(gpus []ReadyGPU) string {
+func summary(gpus []wire.VGPUGPU) string {
 	s := ""
 	for i, g := range gpus {
 		if i > 0 {

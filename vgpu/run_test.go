@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 const waitFor = 30 * time.Second
@@ -37,7 +38,7 @@ type runFixture struct {
 	retry time.Duration // RunOptions.Retry (setup may set it)
 
 	mu           sync.Mutex
-	reports      []ReadyReport
+	reports      []wire.VGPUReady
 	states       []string // the state label's values, in order, from a watch
 	pausedWrites int      // sysfs writes made while the pause file existed
 }
@@ -75,7 +76,7 @@ func startRun(t *testing.T, node, fx string, labels map[string]string, resync ti
 		}
 	}()
 	o := RunOptions{Client: cs, NodeName: node, ConfigFile: f.cfgFile, Host: f.h, RunDir: f.runDir, Resync: resync, Retry: f.retry,
-		Log: logr.Discard(), Observe: func(r ReadyReport) {
+		Log: logr.Discard(), Observe: func(r wire.VGPUReady) {
 			f.mu.Lock()
 			f.reports = append(f.reports, r)
 			f.mu.Unlock()
@@ -100,11 +101,11 @@ func (f *runFixture) writeConfig(t *testing.T, text string) {
 	require.NoError(t, os.Rename(tmp, f.cfgFile))
 }
 
-func (f *runFixture) last() (ReadyReport, int) {
+func (f *runFixture) last() (wire.VGPUReady, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.reports) == 0 {
-		return ReadyReport{}, 0
+		return wire.VGPUReady{}, 0
 	}
 	return f.reports[len(f.reports)-1], len(f.reports)
 }
@@ -123,9 +124,9 @@ func (f *runFixture) get(t *testing.T) *corev1.Node {
 }
 
 // waitState waits until the Node's state label and the last pass agree.
-func (f *runFixture) waitState(t *testing.T, config, state string) ReadyReport {
+func (f *runFixture) waitState(t *testing.T, config, state string) wire.VGPUReady {
 	t.Helper()
-	var r ReadyReport
+	var r wire.VGPUReady
 	testutil.Eventually(t, waitFor, "config "+config+" "+state, func() bool {
 		r, _ = f.last()
 		return r.Config == config && r.State == state && f.get(t).Labels[names.VGPUConfigStateLabel] == state
@@ -166,7 +167,7 @@ func TestRunFollowsTheNodeLabel(t *testing.T) {
 	f := startRun(t, "vgpu-follow", "a10-vgpu", nil, time.Hour)
 	r := f.waitState(t, "default", StateSuccess)
 	assert.Equal(t, map[string]int{"A10-12Q": 2}, r.GPUs[0].VGPUs, "no label: the default config")
-	ready, err := ReadReadyFile(filepath.Join(f.runDir, names.VGPUReadyFile))
+	ready, err := wire.ReadVGPUReady(filepath.Join(f.runDir, names.VGPUReadyFile))
 	require.NoError(t, err)
 	assert.Equal(t, r.GPUs, ready.GPUs)
 	assert.Equal(t, StateSuccess, ready.State)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/nritest"
 )
 
@@ -236,7 +237,7 @@ func TestDeviceFDOnlyHolderIsSeen(t *testing.T) {
 // heldL40SVF applies testConfig's default on the l40s-vgpu host and has a
 // VM (pid 5002) hold the /dev/vfio group of VF 0000:41:00.5, which has a
 // vGPU; the writes are reset. It returns the VF's IOMMU group.
-func heldL40SVF(t *testing.T) (*hostsim.Kernel, *host.Host, *Config, int) {
+func heldL40SVF(t *testing.T) (*hostsim.Kernel, *host.Host, *vgpuconfig.Config, int) {
 	t.Helper()
 	cfg := parse(t, testConfig)
 	k, h := fixture(t, "l40s-vgpu")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
@@ -20,21 +16,6 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
 )
-
-// kubeconfig writes a kubeconfig file for cfg.
-func kubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	kc.CurrentContext = "envtest"
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // The shipped binary wires the root flags into the host model: pointed at
 // a simulated HGX H100 tree it labels its Node with 8 GPUs, and it exits 0
@@ -53,7 +34,7 @@ func TestDiscoverReadsTheRootsItIsGiven(t *testing.T) {
 	k, _ := hostsim.NewHost(t, "hgx-h100")
 	o := k.Options()
 	bin := testutil.BuildBinary(t, ".")
-	p := proc.StartProgram(t, bin, "discover", "--kubeconfig", kubeconfig(t, cfg), "--node-name", "hgx-1",
+	p := proc.StartProgram(t, bin, "discover", "--kubeconfig", apiserver.Kubeconfig(t, cfg), "--node-name", "hgx-1",
 		"--sysfs-root", o.SysfsRoot, "--dev-root", o.DevRoot, "--proc-root", o.ProcRoot, "--health-addr", "127.0.0.1:0")
 	testutil.Eventually(t, 30*time.Second, "hgx-1 labelled with 8 GPUs", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "hgx-1", metav1.GetOptions{})

@@ -3,7 +3,6 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
@@ -187,28 +186,10 @@ func skipDir(rel, abs string) bool {
 // and applies the rules.
 func checkTree(root string) ([]finding, error) {
 	var out []finding
-	err := walkProduct(root, func(fset *token.FileSet, rel string, f *ast.File) {
+	err := eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
 		out = append(out, checkFile(fset, rel, f)...)
 	})
 	return out, err
-}
-
-// walkProduct parses every non-test Go file of the product code under root
-// (skipDir's folders aside) and hands it to check with its slash path from
-// root.
-func walkProduct(root string, check func(fset *token.FileSet, rel string, f *ast.File)) error {
-	fset := token.NewFileSet()
-	return walkGoFiles(root, skipDir, func(rel, p string) error {
-		if strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		check(fset, rel, f)
-		return nil
-	})
 }
 
 // walkGoFiles calls visit with each Go file under root (its slash path from

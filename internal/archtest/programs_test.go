@@ -199,7 +199,7 @@ func checkPrograms(root string) ([]finding, error) {
 			out = append(out, checkMain(fset, rel, f)...)
 		}
 	}
-	err = walkProduct(root, func(fset *token.FileSet, rel string, f *ast.File) {
+	err = eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
 		out = append(out, checkSimulated(fset, rel, f, path.Dir(rel) == "internal/shell")...)
 	})
 	return out, err

@@ -1,15 +1,18 @@
 // Package kubeclient loads the API server client config of the binaries
 // that talk to Kubernetes through client-go (the operator, the validator
-// and discovery agent, the vGPU device manager), one way for all: an
-// explicit --kubeconfig, else in-cluster, else $KUBECONFIG and
-// ~/.kube/config. (The VFIO manager keeps client-go out: it uses
-// internal/nodereport.)
+// and discovery agent, the vGPU device manager, the VFIO manager), one way
+// for all: an explicit --kubeconfig, else in-cluster, else $KUBECONFIG and
+// ~/.kube/config. With internal/ownnode it is the one door to the API
+// server: no other product package reads the pod's service account or
+// builds its own HTTP client to it (internal/archtest TestOneAPIServerDoor).
+// It links no Kubernetes API types (k8s.io/api), so that the VFIO manager
+// does not either.
 package kubeclient
 
 import (
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -29,15 +32,17 @@ func Config(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Clientset is a typed client from Config(path).
-func Clientset(path string) (kubernetes.Interface, error) {
+// Metadata is a metadata client from Config(path): objects as
+// metav1.PartialObjectMetadata, linking no Kubernetes API types. (The
+// typed client is ownnode.Clientset: this package stays as light.)
+func Metadata(path string) (metadata.Interface, error) {
 	cfg, err := Config(path)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	c, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return cs, nil
+	return c, nil
 }

@@ -25,15 +25,15 @@ func TestConfigFromKubeconfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "https://10.0.0.1:6443", cfg.Host)
 	assert.Equal(t, "t", cfg.BearerToken)
-	cs, err := Clientset(path)
+	mc, err := Metadata(path)
 	require.NoError(t, err)
-	assert.NotNil(t, cs)
+	assert.NotNil(t, mc)
 
 	missing := filepath.Join(t.TempDir(), "nope")
 	_, err = Config(missing)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "kubeconfig:")
 	assert.Contains(t, err.Error(), missing)
-	_, err = Clientset(missing)
+	_, err = Metadata(missing)
 	require.Error(t, err)
 }

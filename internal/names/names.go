@@ -47,7 +47,7 @@ const (
 	// deploy label.
 	ReleasePrefix = Domain + "/release."
 	// ReleaseReportPrefix starts the annotation a release daemon publishes
-	// on its own Node: <prefix><operand> = JSON (internal/nodereport): done,
+	// on its own Node: <prefix><operand> = JSON (wire.ReleaseReport): done,
 	// or what stays and why. The operator reads it and removes it once the
 	// release label is gone.
 	ReleaseReportPrefix = Domain + "/release-report."
@@ -71,7 +71,7 @@ const (
 	// --vm-gpus-from-node).
 	VMGPUsAnnotation = Domain + "/vm-gpus"
 	// VMGPUsReportAnnotation is where the VFIO manager reports, as JSON
-	// (internal/nodereport.Split), how the node's GPUs split: which are the
+	// (wire.SplitReport), how the node's GPUs split: which are the
 	// VM and container GPUs, and those it could not move yet and why.
 	VMGPUsReportAnnotation = Domain + "/vm-gpus-report"
 	// RequestAnnotation lets pods of allowed namespaces ask the NRI plugin

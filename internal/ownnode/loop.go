@@ -27,7 +27,7 @@ type LoopOptions struct {
 // the validator and the vGPU device manager run their passes through it.
 func (w *Watcher) Loop(ctx context.Context, o LoopOptions, pass func() time.Duration) error {
 	w.Poke()
-	return loop(ctx, w.kick, o, pass)
+	return loop(ctx, w.Kick(), o, pass)
 }
 
 // loop is Loop on any kick channel.

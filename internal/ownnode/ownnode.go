@@ -1,8 +1,12 @@
-// Package ownnode watches the one Node a node daemon runs on (an informer
-// with a field selector on its name: the daemon's RBAC and the API server's
-// load stay those of one object) and wakes the daemon on the changes it
-// cares about. The GPU discovery agent, the validator and the vGPU device
-// manager use it.
+// Package ownnode is a node daemon's one door to the Node it runs on,
+// through client-go: it watches that Node alone (an informer with a field
+// selector on its name: the daemon's RBAC and the API server's load stay
+// those of one object), wakes the daemon on the changes it cares about,
+// and writes the daemon's own keys (Patch, ownmeta.Publisher). The GPU
+// discovery agent, the validator and the vGPU device manager use it with
+// the typed client (the whole corev1.Node); the VFIO manager, which needs
+// only its Node's annotations, uses its core, ownmeta, with the metadata
+// client. The client config comes from internal/kubeclient.
 package ownnode
 
 import (
@@ -16,6 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 )
 
 // Wake says whether a change of the Node wakes the daemon: old is nil when
@@ -25,12 +32,39 @@ type Wake func(old, cur *corev1.Node) bool
 // Always wakes on every change.
 func Always(_, _ *corev1.Node) bool { return true }
 
-// Watcher follows one Node.
+// Clientset is a typed client from kubeclient.Config(path).
+func Clientset(path string) (kubernetes.Interface, error) {
+	cfg, err := kubeclient.Config(path)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return cs, nil
+}
+
+// Typed is the ownmeta.NodeClient of a typed client: Nodes as *corev1.Node.
+func Typed(c kubernetes.Interface) ownmeta.NodeClient {
+	return ownmeta.NodeClient{
+		Example: &corev1.Node{},
+		ListWatch: func(node string) cache.ListerWatcher {
+			return cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", node))
+		},
+		Patch: func(ctx context.Context, node string, patch []byte) error {
+			_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		},
+	}
+}
+
+// Watcher follows one Node (Kick, Poke, Synced and LastError are its
+// ownmeta.Watcher's).
 type Watcher struct {
+	*ownmeta.Watcher
 	name   string
 	client kubernetes.Interface
-	inf    cache.SharedIndexInformer
-	kick   chan struct{}
 
 	mu sync.Mutex
 	// staleRV is the resourceVersion of the Node as seen when the last
@@ -42,54 +76,25 @@ type Watcher struct {
 // Watch starts following the Node name until ctx ends and returns once
 // its first list is in (nil, nil when ctx ended first).
 func Watch(ctx context.Context, c kubernetes.Interface, name string, wake Wake) (*Watcher, error) {
-	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
-		fields.OneTermEqualSelector("metadata.name", name))
-	w := &Watcher{name: name, client: c, inf: cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{}), kick: make(chan struct{}, 1)}
-	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); !ok || wake(nil, n) {
-				w.Poke()
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := newObj.(*corev1.Node)
-			if !ok1 || !ok2 || wake(o, n) {
-				w.Poke()
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); !ok || wake(n, nil) {
-				w.Poke()
-			}
-		},
-	}); err != nil {
-		return nil, fmt.Errorf("node %s: watch: %w", name, err)
+	core, err := ownmeta.Start(ctx, Typed(c), name, func(old, cur metav1.Object) bool {
+		o, _ := old.(*corev1.Node)
+		n, _ := cur.(*corev1.Node)
+		return wake(o, n)
+	})
+	if err != nil {
+		return nil, err
 	}
-	go w.inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+	if !core.WaitSynced(ctx) {
 		return nil, nil
 	}
-	return w, nil
-}
-
-// Kick receives a signal after a change that wakes the daemon (several
-// changes may fold into one).
-func (w *Watcher) Kick() <-chan struct{} { return w.kick }
-
-// Poke wakes the daemon as a change would.
-func (w *Watcher) Poke() {
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	return &Watcher{Watcher: core, name: name, client: c}, nil
 }
 
 // Node returns the Node as last seen (false when there is none). It is
 // the informer's copy: read only.
 func (w *Watcher) Node() (*corev1.Node, bool) {
-	obj, ok, err := w.inf.GetStore().GetByKey(w.name)
-	if err != nil || !ok {
+	obj, ok := w.Get()
+	if !ok {
 		return nil, false
 	}
 	n, ok := obj.(*corev1.Node)

@@ -17,7 +17,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
 // Common are the flags of every device plugin (the shell adds the host
@@ -69,7 +69,7 @@ func (c *Common) Ready() func() bool {
 	if !c.WaitReady {
 		return nil
 	}
-	return func() bool { return vfio.IsReady(c.ReadyFile) }
+	return func() bool { return wire.VFIOIsReady(c.ReadyFile) }
 }
 
 // WatchPaths are the folders whose changes mean devices may have changed:

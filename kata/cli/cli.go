@@ -15,8 +15,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/kata"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // Program is kata-device-plugin.
@@ -79,13 +79,13 @@ func reportPreflight(log logr.Logger, pf kata.Preflight, last string) string {
 // splitContainers are the container GPUs of the VFIO manager's split, as
 // its ready file says (none without a file or a split).
 func splitContainers(readyFile string) map[host.Address]bool {
-	rep, err := vfio.ReadReadyFile(readyFile)
+	rep, err := wire.ReadVFIOReady(readyFile)
 	if err != nil || rep == nil || rep.Split == nil {
 		return nil
 	}
 	out := map[host.Address]bool{}
 	for _, a := range rep.Split.Container {
-		out[a] = true
+		out[host.Address(a)] = true
 	}
 	return out
 }

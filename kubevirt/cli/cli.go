@@ -13,6 +13,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 )
 
@@ -47,7 +48,7 @@ func Program() *shell.Program {
 				if permittedFile == "" {
 					return nil
 				}
-				return kubevirt.WritePermitted(permittedFile, s.PermittedFor(res))
+				return wire.WritePermitted(permittedFile, s.PermittedFor(res))
 			},
 		})
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -36,16 +36,16 @@ func annotateVMGPUs(t *testing.T, c client.Client, node, value string) {
 
 // splitReport waits until the VFIO manager's report on the Node satisfies
 // cond.
-func (n *simNode) splitReport(t *testing.T, what string, cond func(nodereport.Split) bool) nodereport.Split {
+func (n *simNode) splitReport(t *testing.T, what string, cond func(wire.SplitReport) bool) wire.SplitReport {
 	t.Helper()
-	var s nodereport.Split
+	var s wire.SplitReport
 	testutil.Eventually(t, agentWait, "node "+n.name+": split report: "+what, func() bool {
 		v, ok := getNode(t, n.c, n.name).Annotations[names.VMGPUsReportAnnotation]
 		if !ok {
 			return false
 		}
 		var err error
-		s, err = nodereport.ParseSplit(v)
+		s, err = wire.ParseSplitReport(v)
 		return err == nil && cond(s)
 	})
 	return s
@@ -119,7 +119,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	startOperator(t, newClock())
 	const res = "nvidia.com/GH100_H100_SXM5_80GB"
 
-	s := n.splitReport(t, "four VM GPUs", func(s nodereport.Split) bool { return s.Declared == "4" && s.Ready })
+	s := n.splitReport(t, "four VM GPUs", func(s wire.SplitReport) bool { return s.Declared == "4" && s.Ready })
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 	n.waitAllocatable(t, res+"=4")
 	vm, ctr := n.gpuSides(t)
@@ -170,7 +170,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.Equal(t, addrs(s.Container), addrs(st.Status.ContainerGPUs), "the container GPUs NVIDIA's device plugin started with")
 	mark := n.startCount()
 	annotateVMGPUs(t, c, n.name, "2")
-	s = n.splitReport(t, "two VM GPUs", func(s nodereport.Split) bool { return s.Declared == "2" && s.Ready })
+	s = n.splitReport(t, "two VM GPUs", func(s wire.SplitReport) bool { return s.Declared == "2" && s.Ready })
 	n.waitAllocatable(t, res+"=2")
 	vm2, ctr2 := n.gpuSides(t)
 	assert.Len(t, vm2, 2)
@@ -202,7 +202,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	// again with the two container GPUs left.
 	mark = n.startCount()
 	annotateVMGPUs(t, c, n.name, "6")
-	s = n.splitReport(t, "six VM GPUs", func(s nodereport.Split) bool { return s.Declared == "6" && s.Ready && len(s.VM) == 6 })
+	s = n.splitReport(t, "six VM GPUs", func(s wire.SplitReport) bool { return s.Declared == "6" && s.Ready && len(s.VM) == 6 })
 	n.waitAllocatable(t, res+"=6")
 	n.waitReady(t, v1alpha1.WorkloadVMPassthrough)
 	vm6, ctr6 := n.gpuSides(t)
@@ -229,7 +229,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	// container GPUs on nvidia, and again with eight once the last is back.
 	mark = n.startCount()
 	annotateVMGPUs(t, c, n.name, "0")
-	s = n.splitReport(t, "the allocated GPU left", func(s nodereport.Split) bool {
+	s = n.splitReport(t, "the allocated GPU left", func(s wire.SplitReport) bool {
 		return s.Declared == "0" && !s.Ready && slices.Contains(s.Left, string(held))
 	})
 	assert.Equal(t, []string{string(held)}, s.Left, "only the held GPU is left")
@@ -258,7 +258,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	assert.NotContains(t, st.Status.ContainerGPUs, string(held))
 	deletePod(t, c, pod)
 	n.a.Kubelet().Free("default", "vm-mixed")
-	n.splitReport(t, "every GPU on containers", func(s nodereport.Split) bool { return s.Declared == "0" && s.Ready && len(s.VM) == 0 })
+	n.splitReport(t, "every GPU on containers", func(s wire.SplitReport) bool { return s.Declared == "0" && s.Ready && len(s.VM) == 0 })
 	vm0, ctr0 := n.gpuSides(t)
 	assert.Empty(t, vm0)
 	assert.Len(t, ctr0, 8)
@@ -267,7 +267,7 @@ func TestMixedNodeServesVMsAndContainers(t *testing.T) {
 	// No split: a plain vm-passthrough node, every GPU on vfio, no
 	// container operand.
 	annotateVMGPUs(t, c, n.name, "")
-	n.splitReport(t, "every GPU", func(s nodereport.Split) bool { return s.Declared == "" && s.Ready && len(s.VM) == 8 })
+	n.splitReport(t, "every GPU", func(s wire.SplitReport) bool { return s.Declared == "" && s.Ready && len(s.VM) == 8 })
 	n.waitAllocatable(t, res+"=8")
 	vmOps := []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}
 	testutil.Eventually(t, agentWait, "the container operands go", func() bool {

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -72,12 +72,12 @@ func (r *NodeReconciler) followSplit(node *corev1.Node, st *v1alpha1.SandboxGPUN
 }
 
 // nodeSplit reads the VFIO manager's split report on the node.
-func nodeSplit(node *corev1.Node) (nodereport.Split, bool) {
+func nodeSplit(node *corev1.Node) (wire.SplitReport, bool) {
 	v, ok := node.Annotations[names.VMGPUsReportAnnotation]
 	if !ok {
-		return nodereport.Split{}, false
+		return wire.SplitReport{}, false
 	}
-	s, err := nodereport.ParseSplit(v)
+	s, err := wire.ParseSplitReport(v)
 	return s, err == nil
 }
 

@@ -12,7 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
@@ -110,7 +110,7 @@ func releaseReason(node *corev1.Node, rel string) string {
 	if !ok {
 		return ""
 	}
-	r, err := nodereport.Parse(v)
+	r, err := wire.ParseReleaseReport(v)
 	if err != nil {
 		return "its report cannot be read: " + errText(err)
 	}

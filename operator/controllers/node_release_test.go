@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
 
@@ -32,7 +32,7 @@ func releaseLabels(n *corev1.Node) []string {
 
 // reportRelease writes a release daemon's report on the node, as the
 // daemon does.
-func reportRelease(t *testing.T, c client.Client, node, operand string, r nodereport.Release) {
+func reportRelease(t *testing.T, c client.Client, node, operand string, r wire.ReleaseReport) {
 	t.Helper()
 	require.NoError(t, patchNode(c, node, func(n *corev1.Node) {
 		if n.Annotations == nil {
@@ -80,7 +80,7 @@ func TestReleaseBeforeTheNextConfig(t *testing.T) {
 	waitEvent(t, c, "n-leave", EventReleasing, 1)
 
 	held := "0000:3b:00.0: in use: held by pid 4242 (qemu-kvm)"
-	reportRelease(t, c, "n-leave", names.VFIOManager, nodereport.Release{Reason: held, Left: []string{"0000:3b:00.0"}})
+	reportRelease(t, c, "n-leave", names.VFIOManager, wire.ReleaseReport{Reason: held, Left: []string{"0000:3b:00.0"}})
 	st = waitState(t, c, "n-leave", "the release's reason", func(s *v1alpha1.SandboxGPUNode) bool { return strings.Contains(s.Status.Message, held) })
 	assert.Equal(t, v1alpha1.StateReleasing, st.Status.State)
 	assert.Contains(t, meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady).Message, held)
@@ -153,7 +153,7 @@ func TestReleaseTimeoutFailsTheNode(t *testing.T) {
 	readyNode(t, c, "n-rel-stuck", "vm-passthrough", nil, names.VFIOManager, names.KubeVirtDevicePlugin, names.Validator)
 	setNodeLabel(t, c, "n-rel-stuck", names.WorkloadConfigLabel, "container")
 	waitState(t, c, "n-rel-stuck", "releasing", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateReleasing })
-	reportRelease(t, c, "n-rel-stuck", names.VFIOManager, nodereport.Release{Reason: "0000:3b:00.0: in use: allocated as 0000:3b:00.0 to pod vms/vm-a"})
+	reportRelease(t, c, "n-rel-stuck", names.VFIOManager, wire.ReleaseReport{Reason: "0000:3b:00.0: in use: allocated as 0000:3b:00.0 to pod vms/vm-a"})
 	clk.advance(2 * time.Minute)
 	st := waitState(t, c, "n-rel-stuck", "failed", func(s *v1alpha1.SandboxGPUNode) bool { return s.Status.State == v1alpha1.StateFailed })
 	assert.Contains(t, st.Status.Message, "timed out after 1m0s")

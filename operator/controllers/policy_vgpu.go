@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // +kubebuilder:rbac:groups="",namespace=sandbox-gpu,resources=configmaps,verbs=get;list;watch;create;update;delete
@@ -47,7 +47,7 @@ func (r *PolicyReconciler) ensureVGPUConfig(ctx context.Context, p *v1alpha1.San
 		}
 		return nil
 	}
-	want := map[string]string{operands.VGPUConfigKey: string(vgpu.DefaultConfigYAML())}
+	want := map[string]string{operands.VGPUConfigKey: string(vgpuconfig.DefaultYAML())}
 	labels := map[string]string{names.PartOfLabel: names.PartOf, names.OperandLabel: names.VGPUDeviceManager}
 	if found && maps.Equal(cm.Data, want) && maps.Equal(cm.Labels, labels) && metav1.IsControlledBy(cm, p) {
 		return nil // unchanged: no write

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 func vgpuConfigMap(c client.Client) (*corev1.ConfigMap, error) {
@@ -37,8 +37,8 @@ func TestDefaultVGPUConfigMap(t *testing.T) {
 		cm, err = vgpuConfigMap(c)
 		return err == nil
 	})
-	assert.Equal(t, string(vgpu.DefaultConfigYAML()), cm.Data[operands.VGPUConfigKey])
-	_, err := vgpu.ParseConfig("configmap", []byte(cm.Data[operands.VGPUConfigKey]))
+	assert.Equal(t, string(vgpuconfig.DefaultYAML()), cm.Data[operands.VGPUConfigKey])
+	_, err := vgpuconfig.Parse("configmap", []byte(cm.Data[operands.VGPUConfigKey]))
 	require.NoError(t, err, "the vGPU device manager can read it")
 	require.Len(t, cm.OwnerReferences, 1)
 	assert.Equal(t, "SandboxGPUPolicy", cm.OwnerReferences[0].Kind, "owned by the policy: helm uninstall takes it")
@@ -58,7 +58,7 @@ func TestDefaultVGPUConfigMap(t *testing.T) {
 	require.NoError(t, c.Update(ctx, cm))
 	testutil.Eventually(t, wait, "the edit put back", func() bool {
 		cm, err := vgpuConfigMap(c)
-		return err == nil && cm.Data[operands.VGPUConfigKey] == string(vgpu.DefaultConfigYAML())
+		return err == nil && cm.Data[operands.VGPUConfigKey] == string(vgpuconfig.DefaultYAML())
 	})
 
 	// The policy names its own ConfigMap (and default entry).

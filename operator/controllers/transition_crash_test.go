@@ -17,8 +17,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // errKilled is every write of an operator killed by writeCrash.
@@ -178,7 +178,7 @@ func (n *simNode) crashDaemon(t *testing.T, operand string, after int, crashed f
 // vfioCrashed reports whether the VFIO manager's ready file (left by a
 // killed one, too) names the simulated crash.
 func (n *simNode) vfioCrashed() bool {
-	r, err := vfio.ReadReadyFile(n.a.RunPath(names.VFIOReadyFile))
+	r, err := wire.ReadVFIOReady(n.a.RunPath(names.VFIOReadyFile))
 	return err == nil && strings.Contains(r.Reason+r.Error, hostsim.ErrCrashed.Error())
 }
 

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // The vGPU device manager's config: a ConfigMap in the operand namespace
@@ -51,7 +51,7 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _
 	c := &spec.Containers[0]
 	def := p.VGPUDeviceManager.Config.Default
 	if def == "" {
-		def = vgpu.DefaultConfigName
+		def = vgpuconfig.DefaultName
 	}
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
 		"--default=" + def, "--health-addr=" + names.HealthAddr("", names.VGPUDeviceManagerPort)}

@@ -19,6 +19,8 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
@@ -203,7 +205,7 @@ func newVGPUNode(t *testing.T, c vgpuCase) (*vgpuNode, map[string]int) {
 		t.Fatalf("build fixture %s in %s: %v", c.fixture, dir, err)
 	}
 	n := &vgpuNode{node: node{k: k, h: host.New(k.Options())}}
-	cfg, err := vgpu.DefaultConfig()
+	cfg, err := vgpuconfig.Default()
 	if err != nil {
 		t.Fatalf("the vGPU device manager's built-in config: %v", err)
 	}
@@ -281,31 +283,18 @@ func (n *vgpuNode) typeID(t *testing.T, c vgpuCase) int {
 	return 0
 }
 
-// writeReady writes the vGPU device manager's report of the apply (vgpu.ReadyReport, as its loop
-// writes names.VGPUReadyFile after a pass): per GPU its vGPUs by type and, for vendor-specific VFIO,
-// the type ids it holds by short name.
+// writeReady writes the vGPU device manager's report of the apply (as its loop writes
+// names.VGPUReadyFile after a pass): per GPU its vGPUs by type and, for vendor-specific VFIO, the
+// type ids it holds by short name.
 func (n *vgpuNode) writeReady(t *testing.T, c vgpuCase, file string) {
 	t.Helper()
-	r := vgpu.ReadyReport{Config: c.config, State: vgpu.StateSuccess, GPUs: []vgpu.ReadyGPU{}, Refused: []vgpu.Refusal{}}
+	var gpus []*vgpu.GPU
 	for _, g := range n.res.GPUs {
-		rg := vgpu.ReadyGPU{VGPUs: g.Have, GPUID: vgpu.GPUID{Index: g.GPU.Index, Address: string(g.GPU.Address), Backend: g.GPU.Backend,
-			Device: fmt.Sprintf("%04x:%04x", g.GPU.ID.Vendor, g.GPU.ID.Device)}}
-		for _, v := range g.GPU.VGPUs {
-			if g.GPU.Backend == vgpu.BackendVendorVFIO && v.TypeID != "" && v.Type != "" {
-				if rg.TypeIDs == nil {
-					rg.TypeIDs = map[string]string{}
-				}
-				rg.TypeIDs[v.TypeID] = v.Type
-			}
-		}
-		r.GPUs = append(r.GPUs, rg)
+		gpus = append(gpus, g.GPU)
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		t.Fatalf("ready report: %v", err)
-	}
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
-		t.Fatalf("ready file %s: %v", file, err)
+	r := wire.VGPUReady{Config: c.config, State: wire.VGPUStateSuccess, GPUs: vgpu.ReadyGPUs(gpus)}
+	if err := wire.WriteVGPUReady(file, r); err != nil {
+		t.Fatalf("ready file: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
 )
@@ -39,7 +40,7 @@ func validate() *shell.Command {
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error
-			if o.Client, err = kubeclient.Clientset(kubeconfig); err != nil {
+			if o.Client, err = ownnode.Clientset(kubeconfig); err != nil {
 				return err
 			}
 			o.Log, o.Registerer = env.Log, env.Metrics
@@ -66,7 +67,7 @@ func discover() *shell.Command {
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error
-			if o.Client, err = kubeclient.Clientset(kubeconfig); err != nil {
+			if o.Client, err = ownnode.Clientset(kubeconfig); err != nil {
 				return err
 			}
 			o.Host = host.New(hostroots.Options(env.Roots))

@@ -9,8 +9,9 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
@@ -21,7 +22,7 @@ import (
 // vendor to its host driver instead (a node leaving vm-passthrough).
 func daemonCommand(k hostroots.Kernel) *shell.Command {
 	c := common{kernel: k}
-	var config, readyDir, nodeName string
+	var config, readyDir, nodeName, kubeconfig string
 	var resync, retry, heartbeat time.Duration
 	var release, fromNode bool
 	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--vm-gpus SPLIT | --vm-gpus-from-node] [--ready-dir DIR] [--health-addr ADDR]",
@@ -37,9 +38,10 @@ func daemonCommand(k hostroots.Kernel) *shell.Command {
 				"hold the host lock while running; ready once none is left on vfio. In a pod, the report goes to its Node's "+
 				names.ReleaseReportAnnotation("vfio-manager")+" annotation")
 			fs.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node, whose annotation takes the release report (default $NODE_NAME)")
+			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp+"; the Node is read and written through it")
 			c.registerSplit(fs)
 			fs.BoolVar(&fromNode, "vm-gpus-from-node", false, "split the GPUs as this node's "+names.VMGPUsAnnotation+" annotation says (the --vm-gpus syntax; "+
-				"absent: every GPU), following its changes: the pod's service account gets, lists and watches its Node and patches the split's report into "+
+				"absent: every GPU), following its changes: the pod's service account lists and watches its Node (metadata only) and patches the split's report into "+
 				names.VMGPUsReportAnnotation+"; nothing moves until the Node is read")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
@@ -77,11 +79,11 @@ func daemonCommand(k hostroots.Kernel) *shell.Command {
 			defer done()
 			var report func(context.Context, *vfio.ReadyReport)
 			if release {
-				report = releasePublisher(env, nodeName)
+				report = releasePublisher(env, nodeName, kubeconfig)
 			}
 			var decl *vfio.Declaration
 			if fromNode {
-				ns, err := nodeSplit(env, nodeName)
+				ns, err := nodeSplit(env, nodeName, kubeconfig)
 				if err != nil {
 					return err
 				}
@@ -99,43 +101,36 @@ func daemonCommand(k hostroots.Kernel) *shell.Command {
 		}}
 }
 
-// releasePublisher publishes a release's reports on the Node through the
-// pod's service account; outside a pod (or without a node name) they are
-// only logged and served on /readyz.
-func releasePublisher(env *shell.Env, node string) func(context.Context, *vfio.ReadyReport) {
-	srv, err := nodereport.InClusterServer()
+// releasePublisher publishes a release's reports on the Node (the pod's
+// service account needs only the patch verb); without a client (outside a
+// pod, no kubeconfig) or a node name they are only logged and served on
+// /readyz.
+func releasePublisher(env *shell.Env, node, kubeconfig string) func(context.Context, *vfio.ReadyReport) {
+	client, err := kubeclient.Metadata(kubeconfig)
 	if err == nil && node == "" {
 		err = fmt.Errorf("no node name (set --node-name or NODE_NAME)")
-	}
-	var patch nodereport.PatchFunc
-	if err == nil {
-		patch, err = srv.NodePatcher()
 	}
 	if err != nil {
 		env.Log.Info("The release report is not published on the Node", "reason", err.Error())
 		return nil
 	}
-	p := &nodereport.Publisher{Node: node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager), Patch: patch}
+	p := &ownmeta.Publisher{Patch: ownmeta.Metadata(client).Patch, Node: node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
 	return func(ctx context.Context, rep *vfio.ReadyReport) {
-		if err := p.Publish(ctx, vfio.ReleaseReport(rep)); err != nil {
+		if err := p.Publish(ctx, vfio.ReleaseReport(rep).Encode()); err != nil && ctx.Err() == nil {
 			env.Log.Error(err, "Cannot publish the release report")
 		}
 	}
 }
 
 // nodeSplit follows the node's split declaration through the pod's service
-// account.
-func nodeSplit(env *shell.Env, node string) (*vfio.NodeSplit, error) {
+// account (or --kubeconfig).
+func nodeSplit(env *shell.Env, node, kubeconfig string) (*vfio.NodeSplit, error) {
 	if node == "" {
 		return nil, shell.Usagef("--vm-gpus-from-node: no node name (set --node-name or NODE_NAME)")
 	}
-	srv, err := nodereport.InClusterServer()
+	client, err := kubeclient.Metadata(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--vm-gpus-from-node: node %s: %w", node, err)
 	}
-	client, err := srv.Client()
-	if err != nil {
-		return nil, fmt.Errorf("--vm-gpus-from-node: node %s: %w", node, err)
-	}
-	return vfio.NewNodeSplit(client, node, env.Log.WithName("vm-gpus")), nil
+	return vfio.NewNodeSplit(ownmeta.Metadata(client), node, env.Log.WithName("vm-gpus")), nil
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
@@ -77,11 +79,11 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
 }
 
-func (c *common) loadConfig() (*vgpu.Config, error) {
+func (c *common) loadConfig() (*vgpuconfig.Config, error) {
 	if c.config == "" {
-		return vgpu.DefaultConfig()
+		return vgpuconfig.Default()
 	}
-	return vgpu.LoadConfig(c.config)
+	return vgpuconfig.Load(c.config)
 }
 
 func (c *common) node() string {
@@ -196,7 +198,7 @@ func runCommand(k hostroots.Kernel) *shell.Command {
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs)
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
-			fs.StringVar(&def, "default", vgpu.DefaultConfigName, "the config of a node without the "+names.VGPUConfigLabel+" label")
+			fs.StringVar(&def, "default", vgpuconfig.DefaultName, "the config of a node without the "+names.VGPUConfigLabel+" label")
 			fs.DurationVar(&resync, "resync", 5*time.Minute, "apply again this often without an event")
 			fs.DurationVar(&retry, "retry", 10*time.Second, "apply again this soon after a pass left the node failed (a vGPU in use, the host driver not up yet)")
 			fs.BoolVar(&release, "release", false, "remove every vGPU and disable every GPU's SR-IOV VFs, never one in use, holding the host lock while "+
@@ -215,7 +217,7 @@ func runCommand(k hostroots.Kernel) *shell.Command {
 				return err
 			}
 			defer n.close()
-			cs, err := kubeclient.Clientset(kubeconfig)
+			cs, err := ownnode.Clientset(kubeconfig)
 			if err != nil {
 				return err
 			}

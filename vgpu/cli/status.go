@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
@@ -13,7 +14,7 @@ import (
 // the loop.
 type status struct {
 	mu      sync.Mutex
-	last    *vgpu.ReadyReport
+	last    *wire.VGPUReady
 	state   *prometheus.GaugeVec
 	vgpus   *prometheus.GaugeVec
 	refused prometheus.Gauge
@@ -33,7 +34,7 @@ func newStatus(env *shell.Env) *status {
 	return s
 }
 
-func (s *status) observe(r vgpu.ReadyReport) {
+func (s *status) observe(r wire.VGPUReady) {
 	s.mu.Lock()
 	s.last = &r
 	s.mu.Unlock()

@@ -38,9 +38,9 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
-	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
 // Options describe one simulated node.
@@ -79,14 +79,11 @@ type Agent struct {
 	ctx  context.Context
 	ops  map[string]*operand
 	pods map[string]bool // the Ready each operand's pod shows
-	// split follows the Node's sandbox-gpu.io/vm-gpus (each pass) for the
-	// VFIO manager.
-	split splitWatch
-	pids  int // the last pid given to a stand-in process
+	pids int             // the last pid given to a stand-in process
 
 	reports sync.Mutex
 	valid   *validator.Validator
-	vgpu    *vgpu.ReadyReport
+	vgpu    *wire.VGPUReady
 }
 
 // operand is a running operand.
@@ -104,8 +101,7 @@ func New(o Options) (*Agent, error) {
 	if o.Resync <= 0 {
 		o.Resync = time.Second
 	}
-	a := &Agent{o: o, ops: map[string]*operand{}, pods: map[string]bool{}, wake: make(chan struct{}, 1),
-		split: splitWatch{changed: make(chan struct{}, 1)}}
+	a := &Agent{o: o, ops: map[string]*operand{}, pods: map[string]bool{}, wake: make(chan struct{}, 1)}
 	dirs := []string{"host", "vgpu-config"}
 	for _, w := range names.Writers() {
 		dirs = append(dirs, filepath.Join("run", w)) // the kubelet creates each hostPath
@@ -225,7 +221,6 @@ func wanted(n *corev1.Node) map[string]bool {
 func (a *Agent) pass(ctx context.Context, n *corev1.Node) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.split.seen(n)
 	want := wanted(n)
 	for name, op := range a.ops {
 		if !want[name] {

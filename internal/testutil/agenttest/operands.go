@@ -12,12 +12,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/nodereport"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 	"github.com/sandbox-gpu/sandbox-gpu/validator"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
@@ -60,16 +62,18 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 				return podresources.Holders(ctx, pods)
 			}}
 		if release {
-			p := &nodereport.Publisher{Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager), Patch: a.patchNode}
+			p := &ownmeta.Publisher{Patch: ownnode.Typed(a.o.Client).Patch, Node: a.o.Node, Annotation: names.ReleaseReportAnnotation(names.VFIOManager)}
 			o.OnReport = func(ctx context.Context, r *vfio.ReadyReport) {
-				if err := p.Publish(ctx, vfio.ReleaseReport(r)); err != nil && ctx.Err() == nil {
+				if err := p.Publish(ctx, vfio.ReleaseReport(r).Encode()); err != nil && ctx.Err() == nil {
 					log.Error(err, "Cannot publish the release report")
 				}
 			}
 		} else {
 			// vfio-manager daemon --vm-gpus-from-node, as the operator
-			// deploys it.
-			o.VMGPUsFrom, o.OnReport = a.nodeSplit(log)
+			// deploys it: its own watch of the Node.
+			ns := vfio.NewNodeSplit(ownnode.Typed(a.o.Client), a.o.Node, log.WithName("vm-gpus"))
+			go ns.Run(ctx)
+			o.VMGPUsFrom, o.OnReport = ns.Declaration(), ns.Publish
 		}
 		d, err := vfio.NewDaemon(o)
 		if err != nil {
@@ -160,10 +164,10 @@ func (a *Agent) startKubeVirt(ctx context.Context, log logr.Logger, run func(fun
 	permitted := a.RunPath(names.PermittedFile)
 	vfioReady := a.RunPath(names.VFIOReadyFile)
 	m, err := deviceplugin.NewManager(deviceplugin.Options{Dir: dp, SocketPrefix: "sandbox-gpu-kubevirt",
-		Scanner: s, Ready: func() bool { return vfio.IsReady(vfioReady) },
+		Scanner: s, Ready: func() bool { return wire.VFIOIsReady(vfioReady) },
 		WatchPaths: append(a.h.DeviceWatchPaths(), a.WriterDir(names.VFIOManager), a.WriterDir(names.VGPUDeviceManager)), Rescan: time.Second,
 		OnScan: func(res []deviceplugin.Resource) error {
-			return kubevirt.WritePermitted(permitted, s.PermittedFor(res))
+			return wire.WritePermitted(permitted, s.PermittedFor(res))
 		}, Log: log})
 	if err != nil {
 		k.stop()
@@ -197,7 +201,7 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	file := a.path("vgpu-config", "config.yaml")
 	cfg := a.o.VGPUConfig
 	if cfg == nil {
-		cfg = vgpu.DefaultConfigYAML()
+		cfg = vgpuconfig.DefaultYAML()
 	}
 	if err := os.WriteFile(file, cfg, 0o644); err != nil {
 		return nil, fmt.Errorf("node %s: vGPU config %s: %w", a.o.Node, file, err)
@@ -207,10 +211,10 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 		return nil, fmt.Errorf("node %s: %w", a.o.Node, err)
 	}
 	var mu sync.Mutex
-	var last *vgpu.ReadyReport
+	var last *wire.VGPUReady
 	o := vgpu.RunOptions{Client: a.o.Client, NodeName: a.o.Node, Host: a.h, RunDir: a.WriterDir(names.VGPUDeviceManager), Release: release,
 		LockFile: a.RunPath(names.VGPULockFile), Allocated: vgpu.PodResourcesAllocated{Pods: pods},
-		Resync: a.o.Resync, Retry: 200 * time.Millisecond, Log: log, Observe: func(r vgpu.ReadyReport) {
+		Resync: a.o.Resync, Retry: 200 * time.Millisecond, Log: log, Observe: func(r wire.VGPUReady) {
 			mu.Lock()
 			last = &r
 			mu.Unlock()
@@ -236,12 +240,6 @@ func (a *Agent) startVGPU(ctx context.Context, release bool, log logr.Logger, ru
 	}, nil
 }
 
-// patchNode sends a merge patch of the Node (a release report).
-func (a *Agent) patchNode(ctx context.Context, node string, patch []byte) error {
-	_, err := a.o.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
-}
-
 // ValidatorReport is the validator's last check (zero before it runs).
 func (a *Agent) ValidatorReport() validator.Report {
 	a.reports.Lock()
@@ -254,7 +252,7 @@ func (a *Agent) ValidatorReport() validator.Report {
 }
 
 // VGPUReport is the vGPU device manager's last pass (nil before its first).
-func (a *Agent) VGPUReport() *vgpu.ReadyReport {
+func (a *Agent) VGPUReport() *wire.VGPUReady {
 	a.reports.Lock()
 	defer a.reports.Unlock()
 	return a.vgpu

@@ -15,10 +15,13 @@ package apiserver
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
@@ -79,4 +82,21 @@ func Start(tb testing.TB) *rest.Config {
 		}
 	})
 	return cfg
+}
+
+// Kubeconfig writes cfg (an envtest API server's, client certificates) as
+// a kubeconfig file for a program under test (--kubeconfig) and returns
+// its path.
+func Kubeconfig(tb testing.TB, cfg *rest.Config) string {
+	tb.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	p := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

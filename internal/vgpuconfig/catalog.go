@@ -1,4 +1,4 @@
-package vgpu
+package vgpuconfig
 
 import (
 	"fmt"
@@ -20,9 +20,9 @@ type product struct {
 	IDs           map[string]int   // short type name -> type id, where published
 }
 
-// maxVGPUsPerGPU is NVIDIA's limit of vGPUs on one physical GPU (A40-1Q
+// MaxVGPUsPerGPU is NVIDIA's limit of vGPUs on one physical GPU (A40-1Q
 // holds 32, not 48).
-const maxVGPUsPerGPU = 32
+const MaxVGPUsPerGPU = 32
 
 func dataCenter(name string, fb int, q, c []int) product {
 	p := product{Name: name, FramebufferGB: fb, Series: map[string][]int{}}
@@ -94,35 +94,44 @@ func l40sTypeIDs() map[string]int {
 	return ids
 }
 
+// CatalogType is a vGPU type as the catalog knows it.
+type CatalogType struct {
+	Name   string // short name, A10-4Q
+	ID     string // vendor type id (1155), "" where none is published
+	SizeGB int
+	Max    int // how many vGPUs of this type one GPU holds alone
+}
+
 // types lists a product's types with their capacity on one GPU.
-func (p product) types() []TypeInfo {
-	var out []TypeInfo
+func (p product) types() []CatalogType {
+	var out []CatalogType
 	for s, sizes := range p.Series {
 		for _, gb := range sizes {
 			name := fmt.Sprintf("%s-%d%s", p.Name, gb, s)
-			t := TypeInfo{Name: name, SizeGB: gb, Max: min(p.FramebufferGB/gb, maxVGPUsPerGPU), MaxFrom: "catalog"}
+			t := CatalogType{Name: name, SizeGB: gb, Max: min(p.FramebufferGB/gb, MaxVGPUsPerGPU)}
 			if id, ok := p.IDs[name]; ok {
 				t.ID = fmt.Sprint(id)
 			}
 			out = append(out, t)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return typeLess(out[i].Name, out[j].Name) })
+	sort.Slice(out, func(i, j int) bool { return TypeLess(out[i].Name, out[j].Name) })
 	return out
 }
 
-// catalogTypes lists every type the products of a device id offer.
-func catalogTypes(device uint16) []TypeInfo {
-	var out []TypeInfo
+// Catalog lists every type the products of a device id (of vendor 10de)
+// offer.
+func Catalog(device uint16) []CatalogType {
+	var out []CatalogType
 	for _, p := range catalogFor(device) {
 		out = append(out, p.types()...)
 	}
 	return out
 }
 
-// catalogMax is a type's capacity per the catalog, 0 when unknown.
-func catalogMax(device uint16, name string) int {
-	for _, t := range catalogTypes(device) {
+// CatalogMax is a type's capacity per the catalog, 0 when unknown.
+func CatalogMax(device uint16, name string) int {
+	for _, t := range Catalog(device) {
 		if t.Name == name {
 			return t.Max
 		}
@@ -130,8 +139,8 @@ func catalogMax(device uint16, name string) int {
 	return 0
 }
 
-// typeLess orders type names by product, series, then framebuffer size.
-func typeLess(a, b string) bool {
+// TypeLess orders type names by product, series, then framebuffer size.
+func TypeLess(a, b string) bool {
 	ta, errA := ParseTypeName(a)
 	tb, errB := ParseTypeName(b)
 	if errA != nil || errB != nil {

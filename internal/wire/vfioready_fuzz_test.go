@@ -1,4 +1,4 @@
-package vfio
+package wire
 
 import (
 	"bytes"
@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// FuzzParseReadyReport: any readiness file content parses or fails naming
+// FuzzParseVFIOReady: any readiness file content parses or fails naming
 // the file, never a panic; Judge calls a report ready only when it says
 // ready, has no error and has not expired, and gives a reason otherwise;
 // a parsed report written back parses to the same JSON.
-func FuzzParseReadyReport(f *testing.F) {
+func FuzzParseVFIOReady(f *testing.F) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f.Add([]byte(`{"ready":true,"time":"2026-01-02T03:04:00Z","vfio":["0000:3b:00.0"],"actions":[],"refused":[],"pid":7,"heartbeat":"2026-01-02T03:04:00Z","expires":"2026-01-02T03:05:00Z"}`))
 	f.Add([]byte(`{"ready":false,"reason":"0000:3b:00.0: in use: qemu-kvm","refused":[{"address":"0000:3b:00.0","reason":"in use"}],"expires":"2026-01-02T03:05:00+01:00"}`))
@@ -20,7 +20,7 @@ func FuzzParseReadyReport(f *testing.F) {
 	f.Add([]byte(`{"ready":true}`))
 	f.Add([]byte(`garbage`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := ParseReadyReport("vfio-manager.ready", data)
+		r, err := ParseVFIOReady("vfio-manager.ready", data)
 		if err != nil {
 			if r != nil || !strings.Contains(err.Error(), "vfio-manager.ready") {
 				t.Fatalf("error does not name the file (result %v): %v", r, err)
@@ -38,7 +38,7 @@ func FuzzParseReadyReport(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q parsed but does not marshal: %v", data, err)
 		}
-		r2, err := ParseReadyReport("again", b1)
+		r2, err := ParseVFIOReady("again", b1)
 		if err != nil {
 			t.Fatalf("%s does not parse back: %v", b1, err)
 		}

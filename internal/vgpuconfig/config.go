@@ -1,9 +1,10 @@
-package vgpu
+package vgpuconfig
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -12,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ConfigVersion is the only config file version (NVIDIA's v1).
-const ConfigVersion = "v1"
+// Version is the only config file version (NVIDIA's v1).
+const Version = "v1"
 
 // Config is a vGPU config file in NVIDIA vgpu-device-manager's format:
 //
@@ -58,21 +59,21 @@ func ParseDeviceID(s string) (DeviceID, error) {
 
 func (d DeviceID) String() string { return fmt.Sprintf("0x%04X%04X", d.Device, d.Vendor) }
 
-// LoadConfig reads and parses a config file.
-func LoadConfig(file string) (*Config, error) {
+// Load reads and parses a config file.
+func Load(file string) (*Config, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, &ConfigError{File: file, Msg: err.Error()}
+		return nil, &Error{File: file, Msg: err.Error()}
 	}
-	return ParseConfig(file, b)
+	return Parse(file, b)
 }
 
-// ParseConfig parses a config strictly: an unknown key, a wrong type, a
-// duplicate key, a missing required key or an unknown version is a
-// ConfigError naming the file, the config and the key.
-func ParseConfig(file string, data []byte) (*Config, error) {
+// Parse parses a config strictly: an unknown key, a wrong type, a
+// duplicate key, a missing required key or an unknown version is an
+// Error naming the file, the config and the key.
+func Parse(file string, data []byte) (*Config, error) {
 	fail := func(config, key, format string, args ...any) error {
-		return &ConfigError{File: file, Config: config, Key: key, Msg: fmt.Sprintf(format, args...)}
+		return &Error{File: file, Config: config, Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -89,8 +90,8 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 			if err := decodeStrict(top[k], &c.Version); err != nil {
 				return nil, fail("", k, "want a string")
 			}
-			if c.Version != ConfigVersion {
-				return nil, fail("", k, "unknown version %q (want %s)", c.Version, ConfigVersion)
+			if c.Version != Version {
+				return nil, fail("", k, "unknown version %q (want %s)", c.Version, Version)
 			}
 		case "vgpu-configs":
 			var named map[string]json.RawMessage
@@ -114,21 +115,21 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	}
 	switch {
 	case c.Version == "":
-		return nil, fail("", "version", "missing (want %s)", ConfigVersion)
+		return nil, fail("", "version", "missing (want %s)", Version)
 	case len(c.Configs) == 0:
 		return nil, fail("", "vgpu-configs", "missing")
 	}
 	return c, nil
 }
 
-func parseEntries(name string, raw json.RawMessage) ([]Entry, *ConfigError) {
+func parseEntries(name string, raw json.RawMessage) ([]Entry, *Error) {
 	key := "vgpu-configs." + name
 	var items []map[string]json.RawMessage
 	if err := decodeStrict(raw, &items); err != nil {
-		return nil, &ConfigError{Config: name, Key: key, Msg: "want a list of entries (devices, device-filter, vgpu-devices)"}
+		return nil, &Error{Config: name, Key: key, Msg: "want a list of entries (devices, device-filter, vgpu-devices)"}
 	}
 	if len(items) == 0 {
-		return nil, &ConfigError{Config: name, Key: key, Msg: "no entries"}
+		return nil, &Error{Config: name, Key: key, Msg: "no entries"}
 	}
 	out := make([]Entry, 0, len(items))
 	for i, item := range items {
@@ -144,10 +145,10 @@ func parseEntries(name string, raw json.RawMessage) ([]Entry, *ConfigError) {
 }
 
 // parseEntry parses one entry; errors carry the key relative to it.
-func parseEntry(item map[string]json.RawMessage) (Entry, *ConfigError) {
+func parseEntry(item map[string]json.RawMessage) (Entry, *Error) {
 	e := Entry{}
-	bad := func(key, format string, args ...any) (Entry, *ConfigError) {
-		return Entry{}, &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)}
+	bad := func(key, format string, args ...any) (Entry, *Error) {
+		return Entry{}, &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 	if item == nil {
 		return bad("", "want a map with devices, device-filter, vgpu-devices")
@@ -232,12 +233,12 @@ func (c *Config) Select(name string) ([]Entry, error) {
 	if len(have) > 12 {
 		have, more = have[:12], fmt.Sprintf(" and %d more", len(c.Configs)-12)
 	}
-	return nil, &ConfigError{File: c.File, Config: name, Key: "vgpu-configs",
+	return nil, &Error{File: c.File, Config: name, Key: "vgpu-configs",
 		Msg: fmt.Sprintf("no config named %q (the file has %s%s)", name, strings.Join(have, ", "), more)}
 }
 
-// matches reports whether the entry applies to GPU index i with id.
-func (e Entry) matches(i int, id DeviceID) bool {
+// Matches reports whether the entry applies to GPU index i with id.
+func (e Entry) Matches(i int, id DeviceID) bool {
 	if len(e.Filters) > 0 && !slices.Contains(e.Filters, id) {
 		return false
 	}
@@ -257,11 +258,4 @@ func decodeStrict(b []byte, v any) error {
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

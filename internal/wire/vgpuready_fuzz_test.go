@@ -1,4 +1,4 @@
-package vgpu
+package wire
 
 import (
 	"bytes"
@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// FuzzReadReadyFile: any content of the vGPU device manager's ready file
+// FuzzReadVGPUReady: any content of the vGPU device manager's ready file
 // reads as a report or fails naming the file, never a panic; a report
 // read and written back reads the same.
-func FuzzReadReadyFile(f *testing.F) {
+func FuzzReadVGPUReady(f *testing.F) {
 	f.Add([]byte(`{"config":"A10-4Q","state":"success","gpus":[{"index":0,"address":"0000:3b:00.0","device":"2236","backend":"mdev","vgpus":{"A10-4Q":6}}],"refused":[]}`))
 	f.Add([]byte(`{"config":"L40S-24Q","state":"failed","gpus":[{"index":0,"backend":"vendor-vfio","vgpus":{},"typeIds":{"1155":"L40S-24Q"}}],"refused":[{"gpu":0,"address":"0000:3b:00.0","reason":"in use: qemu"}],"error":"x"}`))
 	f.Add([]byte(`{"gpus":[null]}`))
@@ -22,7 +22,7 @@ func FuzzReadReadyFile(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		r, err := ReadReadyFile(path)
+		r, err := ReadVGPUReady(path)
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error does not name the file: %v", err)
@@ -33,7 +33,7 @@ func FuzzReadReadyFile(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q read but does not marshal: %v", data, err)
 		}
-		var r2 ReadyReport
+		var r2 VGPUReady
 		if err := json.Unmarshal(b1, &r2); err != nil {
 			t.Fatalf("%s does not read back: %v", b1, err)
 		}

@@ -1,4 +1,4 @@
-package vgpu
+package vgpuconfig
 
 import (
 	"fmt"
@@ -20,8 +20,8 @@ var defaultDevices = []uint16{0x2236, 0x2235, 0x25b6, 0x20b7, 0x20f1, 0x20b5, 0x
 func generateDefaultConfig() string {
 	var b strings.Builder
 	b.WriteString(`# The vGPU device manager's built-in config, in NVIDIA vgpu-device-manager's
-# format. Generated from vgpu/catalog.go (NVIDIA's vGPU documentation) by
-#   VGPU_UPDATE_DEFAULT_CONFIG=1 go test ./vgpu -run TestDefaultConfig
+# format. Generated from internal/vgpuconfig/catalog.go (NVIDIA's vGPU documentation) by
+#   VGPU_UPDATE_DEFAULT_CONFIG=1 go test ./internal/vgpuconfig -run TestDefaultConfig
 # Each config named after a vGPU type fills every GPU with that type; "default"
 # gives each known data-centre GPU two vGPUs of half its framebuffer, as
 # NVIDIA's default does. Select one with the node label nvidia.com/vgpu.config.
@@ -29,7 +29,7 @@ version: v1
 vgpu-configs:
 `)
 	seen := map[string]bool{}
-	var types []TypeInfo
+	var types []CatalogType
 	for _, d := range defaultDevices {
 		for _, p := range catalogFor(d) {
 			if !seen[p.Name] {
@@ -38,8 +38,8 @@ vgpu-configs:
 			}
 		}
 	}
-	slices.SortFunc(types, func(a, b TypeInfo) int {
-		if typeLess(a.Name, b.Name) {
+	slices.SortFunc(types, func(a, b CatalogType) int {
+		if TypeLess(a.Name, b.Name) {
 			return -1
 		}
 		return 1
@@ -69,17 +69,17 @@ func TestDefaultConfig(t *testing.T) {
 	if os.Getenv("VGPU_UPDATE_DEFAULT_CONFIG") == "1" {
 		require.NoError(t, os.WriteFile("default-config.yaml", []byte(want), 0o644))
 	}
-	require.Equal(t, want, defaultConfigYAML, "default-config.yaml is stale: run VGPU_UPDATE_DEFAULT_CONFIG=1 go test ./vgpu -run TestDefaultConfig")
-	cfg, err := DefaultConfig()
+	require.Equal(t, want, defaultConfigYAML, "default-config.yaml is stale: run VGPU_UPDATE_DEFAULT_CONFIG=1 go test ./internal/vgpuconfig -run TestDefaultConfig")
+	cfg, err := Default()
 	require.NoError(t, err)
-	def, err := cfg.Select(DefaultConfigName)
+	def, err := cfg.Select(DefaultName)
 	require.NoError(t, err)
 	assert.Len(t, def, len(defaultDevices)+1, "one entry per device id, two for 25b6 (A16 and A2)")
 	for _, e := range def {
 		require.Len(t, e.Filters, 1)
 		for typ, n := range e.VGPUs {
 			assert.Equal(t, 2, n)
-			assert.NotZero(t, catalogMax(e.Filters[0].Device, typ), "%s on %s", typ, e.Filters[0])
+			assert.NotZero(t, CatalogMax(e.Filters[0].Device, typ), "%s on %s", typ, e.Filters[0])
 		}
 	}
 	a10, err := cfg.Select("A10-4Q")
@@ -91,33 +91,4 @@ func TestDefaultConfig(t *testing.T) {
 	h100l, err := cfg.Select("H100L-4C")
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"H100L-4C": 23}, h100l[0].VGPUs)
-}
-
-// TestDefaultConfigOnEveryFixture: the built-in default applies on every
-// simulated vGPU host: two vGPUs of half the framebuffer per GPU.
-func TestDefaultConfigOnEveryFixture(t *testing.T) {
-	def, err := DefaultConfig()
-	require.NoError(t, err)
-	for fx, want := range map[string]map[string]int{
-		"a10-vgpu": {"A10-12Q": 2}, "a100-sriov-vgpu": {"A100-20C": 2}, "l40s-vgpu": {"L40S-24Q": 2}, "a10x8-vgpu": {"A10-12Q": 2},
-	} {
-		_, h := fixture(t, fx)
-		res := apply(t, h, def, DefaultConfigName, Options{}, ApplyOptions{})
-		require.True(t, res.OK(), "%s: %v", fx, res.Refused)
-		for addr, c := range countsOf(t, h) {
-			assert.Equal(t, want, c, "%s %s", fx, addr)
-		}
-	}
-	// A GPU the default does not know is left alone.
-	k, h := fixture(t, "workstation")
-	res := apply(t, h, def, DefaultConfigName, Options{}, ApplyOptions{})
-	assert.True(t, res.OK(), "%v", res.Refused)
-	assert.False(t, res.GPUs[0].Managed)
-	assert.Empty(t, k.Writes())
-	// A known GPU without the vGPU host driver is a config error (exit 1).
-	k, h = fixture(t, "hgx-h100")
-	_, err = PlanConfig(t.Context(), h, def, DefaultConfigName, Options{})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "is NVIDIA's vGPU host driver loaded?")
-	assert.Empty(t, k.Writes())
 }

@@ -1,4 +1,4 @@
-package vgpu
+package vgpuconfig
 
 import (
 	"testing"
@@ -51,16 +51,16 @@ func TestCatalog(t *testing.T) {
 		{0x20b5, "A100D-16C", 5}, {0x2321, "H100L-4C", 23}, {0x2330, "H100XM-40C", 2}, {0x26b9, "L40S-24Q", 2},
 		{0x27b8, "L4-12Q", 2}, {0x1eb8, "T4-16Q", 1}, {0x2236, "A10-5Q", 0}, {0x9999, "X-1Q", 0},
 	} {
-		assert.Equal(t, c.max, catalogMax(c.device, c.name), "%s on %04x", c.name, c.device)
+		assert.Equal(t, c.max, CatalogMax(c.device, c.name), "%s on %04x", c.name, c.device)
 	}
 	ids := map[string]string{}
-	for _, ti := range catalogTypes(0x26b9) {
+	for _, ti := range Catalog(0x26b9) {
 		ids[ti.Name] = ti.ID
 	}
 	assert.Equal(t, "1155", ids["L40S-24Q"])
 	assert.Equal(t, "1166", ids["L40S-48A"])
 	assert.Equal(t, "2164", ids["L40S-3B"])
 	assert.Equal(t, "", ids["L40S-48C"], "unpublished ids stay unknown")
-	assert.True(t, typeLess("A10-4Q", "A10-12Q"))
-	assert.True(t, typeLess("A10-24C", "A10-1Q"))
+	assert.True(t, TypeLess("A10-4Q", "A10-12Q"))
+	assert.True(t, TypeLess("A10-24C", "A10-1Q"))
 }
