@@ -26,9 +26,9 @@ import (
 //     named Simulated, and internal/shell declares nothing named sim* or
 //     simulat* (its old IO.Host/Env.sim option): programs run on a
 //     simulated tree through their root flags like on a node.
-//   - internal/shell links no package host (TestShellLinksNoHost): a
-//     program's host model comes from internal/hostroots, so a program
-//     without host roots links none.
+//   - internal/shell links no package host, nor does the operator
+//     (TestShellLinksNoHost): a program's host model comes from
+//     internal/hostroots, so a program without host roots links none.
 const (
 	ruleOneLineMain = "one-line-main"
 	ruleSimulated   = "simulated-host"
@@ -217,15 +217,19 @@ func TestPrograms(t *testing.T) {
 	}
 }
 
-// internal/shell links no package host: go list -deps of it holds none.
+// internal/shell links no package host, nor does the operator, which
+// takes no host roots: go list -deps of each holds none.
 func TestShellLinksNoHost(t *testing.T) {
-	shell := modulePath + "/internal/shell"
-	g := listDeps(t, moduleRoot(t), "./internal/shell", "0")
-	if _, ok := g[shell]; !ok {
-		t.Fatalf("go list -deps ./internal/shell does not list %s", shell)
-	}
-	if c := hostChain(g, shell); c != nil {
-		t.Errorf("internal/shell links the host model: %s (programs build host.Options with internal/hostroots)", strings.Join(c, " -> "))
+	root := moduleRoot(t)
+	for _, pkg := range []string{"internal/shell", "cmd/sandbox-gpu-operator"} {
+		full := modulePath + "/" + pkg
+		g := listDeps(t, root, "./"+pkg, "0")
+		if _, ok := g[full]; !ok {
+			t.Fatalf("go list -deps ./%s does not list %s", pkg, full)
+		}
+		if c := hostChain(g, full); c != nil {
+			t.Errorf("%s links the host model: %s (programs build host.Options with internal/hostroots)", pkg, strings.Join(c, " -> "))
+		}
 	}
 }
 
