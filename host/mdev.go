@@ -11,6 +11,69 @@ import (
 	"strings"
 )
 
+// Mdev is a mediated device (an mdev vGPU) as sysfs shows it under
+// /sys/bus/mdev/devices/<uuid>.
+type Mdev struct {
+	UUID        string
+	Parent      Address // the GPU (or SR-IOV VF) it lives on; "" for a parent that is no PCI function
+	ParentName  string  // the parent's sysfs name: the PCI address, or e.g. "mtty"
+	TypeID      string  // mdev_supported_types folder, e.g. nvidia-558
+	TypeName    string  // e.g. "NVIDIA A10-4Q"
+	IOMMUGroup  int
+	Driver      string   // vfio_mdev, nvidia-vgpu-vfio; "" when unbound
+	VFIODevices []string // vfio-dev/vfioN (iommufd cdev) names
+}
+
+// Mdevs lists the mediated devices. A host without the mdev bus has none.
+func (h *Host) Mdevs() ([]Mdev, error) {
+	dir := filepath.Join(h.sysfs, "bus", "mdev", "devices")
+	names, err := dirNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Mdev, 0, len(names))
+	for _, name := range names {
+		if !isUUID(name) {
+			return nil, fmt.Errorf("%s: not an mdev UUID", filepath.Join(dir, name))
+		}
+		m, err := readMdev(filepath.Join(dir, name), name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	return out, nil
+}
+
+func readMdev(dir, uuid string) (Mdev, error) {
+	m := Mdev{UUID: uuid, IOMMUGroup: NoGroup}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return m, fmt.Errorf("mdev %s: %w", uuid, err)
+	}
+	m.ParentName = filepath.Base(filepath.Dir(real))
+	if a, err := ParseAddress(m.ParentName); err == nil && string(a) == m.ParentName {
+		m.Parent = a // a parent that is no PCI function (the kernel's mtty sample) has none
+	}
+	if m.TypeID, err = linkBase(filepath.Join(dir, "mdev_type")); err != nil {
+		return m, err
+	}
+	if m.TypeName, err = readOptionalAttr(filepath.Join(dir, "mdev_type"), "name"); err != nil {
+		return m, err
+	}
+	if m.Driver, err = linkBase(filepath.Join(dir, "driver")); err != nil {
+		return m, err
+	}
+	if m.VFIODevices, err = dirNames(filepath.Join(dir, "vfio-dev")); err != nil {
+		return m, err
+	}
+	if m.IOMMUGroup, err = readOptionalLink(dir, "iommu_group", NoGroup, parseGroup); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
 // MdevType is one mdev_supported_types/<id> folder of an mdev parent (a GPU,
 // or an SR-IOV VF of an Ampere GPU).
 type MdevType struct {
@@ -161,30 +224,6 @@ func (h *Host) RemoveMdev(uuid string) error {
 	return nil
 }
 
-// SetNumVFs writes sriov_numvfs of a PF. The PCI core changes it only from
-// or to 0, and disabling blocks while a process holds a VF.
-func (h *Host) SetNumVFs(pf Address, n int) error {
-	if n < 0 {
-		return fmt.Errorf("PCI function %s: invalid VF count %d", pf, n)
-	}
-	if err := h.write(filepath.Join(h.functionDir(pf), "sriov_numvfs"), strconv.Itoa(n)); err != nil {
-		return fmt.Errorf("PCI function %s: set sriov_numvfs to %d: %w", pf, n, err)
-	}
-	return nil
-}
-
-// SetVGPUType writes a VF's nvidia/current_vgpu_type: a type id creates
-// the vGPU, 0 destroys it.
-func (h *Host) SetVGPUType(vf Address, id int) error {
-	if id < 0 {
-		return fmt.Errorf("PCI function %s: invalid vGPU type id %d", vf, id)
-	}
-	if err := h.write(filepath.Join(h.functionDir(vf), "nvidia", "current_vgpu_type"), strconv.Itoa(id)); err != nil {
-		return fmt.Errorf("PCI function %s: set current_vgpu_type to %d: %w", vf, id, err)
-	}
-	return nil
-}
-
 // MdevInUse lists why a mediated device is in use: a process holding its
 // /dev/vfio/<group> or its iommufd cdev. An empty list means idle.
 func (h *Host) MdevInUse(m Mdev, u *Usage) ([]string, error) {
@@ -224,4 +263,12 @@ func (h *Host) CheckMdevIdle(m Mdev) error {
 		return errors.New(strings.Join(reasons, "; "))
 	}
 	return nil
+}
+
+// StillMdev checks that a mediated device and its group node still exist.
+func (h *Host) StillMdev(uuid string, group int) error {
+	if _, err := os.Stat(filepath.Join(h.sysfs, "bus", "mdev", "devices", uuid)); err != nil {
+		return fmt.Errorf("mdev %s is gone", uuid)
+	}
+	return h.groupNodeExists(group)
 }

@@ -1,144 +1,19 @@
 package host
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
-	"unicode"
+	"syscall"
 )
-
-// Mdev is a mediated device (an mdev vGPU) as sysfs shows it under
-// /sys/bus/mdev/devices/<uuid>.
-type Mdev struct {
-	UUID        string
-	Parent      Address // the GPU (or SR-IOV VF) it lives on; "" for a parent that is no PCI function
-	ParentName  string  // the parent's sysfs name: the PCI address, or e.g. "mtty"
-	TypeID      string  // mdev_supported_types folder, e.g. nvidia-558
-	TypeName    string  // e.g. "NVIDIA A10-4Q"
-	IOMMUGroup  int
-	Driver      string   // vfio_mdev, nvidia-vgpu-vfio; "" when unbound
-	VFIODevices []string // vfio-dev/vfioN (iommufd cdev) names
-}
-
-// Mdevs lists the mediated devices. A host without the mdev bus has none.
-func (h *Host) Mdevs() ([]Mdev, error) {
-	dir := filepath.Join(h.sysfs, "bus", "mdev", "devices")
-	names, err := dirNames(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Mdev, 0, len(names))
-	for _, name := range names {
-		if !isUUID(name) {
-			return nil, fmt.Errorf("%s: not an mdev UUID", filepath.Join(dir, name))
-		}
-		m, err := readMdev(filepath.Join(dir, name), name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
-	return out, nil
-}
-
-func readMdev(dir, uuid string) (Mdev, error) {
-	m := Mdev{UUID: uuid, IOMMUGroup: NoGroup}
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return m, fmt.Errorf("mdev %s: %w", uuid, err)
-	}
-	m.ParentName = filepath.Base(filepath.Dir(real))
-	if a, err := ParseAddress(m.ParentName); err == nil && string(a) == m.ParentName {
-		m.Parent = a // a parent that is no PCI function (the kernel's mtty sample) has none
-	}
-	if m.TypeID, err = linkBase(filepath.Join(dir, "mdev_type")); err != nil {
-		return m, err
-	}
-	if m.TypeName, err = readOptionalAttr(filepath.Join(dir, "mdev_type"), "name"); err != nil {
-		return m, err
-	}
-	if m.Driver, err = linkBase(filepath.Join(dir, "driver")); err != nil {
-		return m, err
-	}
-	if m.VFIODevices, err = dirNames(filepath.Join(dir, "vfio-dev")); err != nil {
-		return m, err
-	}
-	if m.IOMMUGroup, err = readOptionalLink(dir, "iommu_group", NoGroup, parseGroup); err != nil {
-		return m, err
-	}
-	return m, nil
-}
 
 // IOMMUFD reports whether the iommufd character device exists.
 func (h *Host) IOMMUFD() bool {
 	_, err := os.Stat(filepath.Join(h.dev, "iommu"))
 	return err == nil
-}
-
-// VGPUType is the vendor-specific VFIO vGPU state of an NVIDIA SR-IOV VF
-// (<vf>/nvidia/current_vgpu_type and creatable_vgpu_types).
-type VGPUType struct {
-	Current   int            // 0 when none
-	Creatable map[int]string // type id -> name, what can be created now
-}
-
-// VGPU reads the vGPU state of a VF; ok is false when the VF has no
-// nvidia/ folder (not a vendor-specific VFIO vGPU VF).
-func (h *Host) VGPU(a Address) (VGPUType, bool, error) {
-	dir := filepath.Join(h.functionDir(a), "nvidia")
-	cur, err := readOptionalAttr(dir, "current_vgpu_type")
-	if err != nil || cur == "" {
-		return VGPUType{}, false, err
-	}
-	v := VGPUType{}
-	if v.Current, err = strconv.Atoi(cur); err != nil {
-		return v, false, fmt.Errorf("%s: invalid vGPU type %q", filepath.Join(dir, "current_vgpu_type"), cur)
-	}
-	text, err := readOptionalAttr(dir, "creatable_vgpu_types")
-	if err != nil {
-		return v, false, err
-	}
-	if v.Creatable, err = ParseVGPUTypes(text); err != nil {
-		return v, false, fmt.Errorf("%s: %w", filepath.Join(dir, "creatable_vgpu_types"), err)
-	}
-	return v, true, nil
-}
-
-// ParseVGPUTypes parses creatable_vgpu_types: a header line "ID : vGPU
-// Name", then "%-5d : %s" lines.
-func ParseVGPUTypes(text string) (map[int]string, error) {
-	out := map[int]string{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	line := 0
-	for sc.Scan() {
-		line++
-		l := strings.TrimSpace(sc.Text())
-		if l == "" || (line == 1 && strings.HasPrefix(l, "ID")) {
-			continue
-		}
-		id, name, ok := strings.Cut(l, ":")
-		if !ok {
-			return nil, fmt.Errorf("line %d: want \"ID : name\", got %q", line, l)
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(id))
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("line %d: invalid vGPU type id %q", line, strings.TrimSpace(id))
-		}
-		name = strings.TrimSpace(name)
-		if strings.ContainsFunc(name, unicode.IsControl) {
-			return nil, fmt.Errorf("line %d: vGPU type name %q has control characters", line, name)
-		}
-		out[n] = name
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", line+1, err)
-	}
-	return out, nil
 }
 
 // StillOnVFIO is the cheap check a device plugin makes at Allocate time:
@@ -151,14 +26,6 @@ func (h *Host) StillOnVFIO(a Address, group int) error {
 	}
 	if d := filepath.Base(target); !IsVFIODriver(d) {
 		return fmt.Errorf("PCI function %s is on driver %s, not vfio", a, d)
-	}
-	return h.groupNodeExists(group)
-}
-
-// StillMdev checks that a mediated device and its group node still exist.
-func (h *Host) StillMdev(uuid string, group int) error {
-	if _, err := os.Stat(filepath.Join(h.sysfs, "bus", "mdev", "devices", uuid)); err != nil {
-		return fmt.Errorf("mdev %s is gone", uuid)
 	}
 	return h.groupNodeExists(group)
 }
@@ -188,4 +55,52 @@ func (h *Host) DeviceWatchPaths() []string {
 		}
 	}
 	return paths
+}
+
+// GroupClaimer opens a VFIO group node exclusively: an error wrapping
+// syscall.EBUSY when another process holds the group (its group fd, or only
+// a device fd got through it, which /proc/*/fd does not show as the node).
+type GroupClaimer interface {
+	Claim(node string) (release func(), err error)
+}
+
+// OSClaimer claims group nodes on the running kernel. A node that is
+// absent, or not a character device, is not claimed.
+type OSClaimer struct{}
+
+// Claim opens node read-write and keeps it open until release.
+func (OSClaimer) Claim(node string) (func(), error) {
+	noop := func() {}
+	if _, ok := charDevice(node); !ok {
+		return noop, nil
+	}
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return noop, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// ClaimGroup claims /dev/vfio/<group> while a member of the group leaves
+// its vfio driver, or while its mdev or VF vGPU is removed. The legacy VFIO
+// group node admits one opener at a time: EBUSY means a VM or container
+// holds it (even one that kept only a device fd, which no /proc scan
+// shows), and while the claim is held nobody can start using the group, so
+// an idle check made after the claim stays true until the write.
+func (h *Host) ClaimGroup(group int) (release func(), err error) {
+	if group == NoGroup {
+		return func() {}, nil
+	}
+	node := filepath.Join(h.dev, "vfio", strconv.Itoa(group))
+	release, err = h.claimer.Claim(node)
+	if errors.Is(err, syscall.EBUSY) {
+		return nil, fmt.Errorf("in use: %s is held by another process", node)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim IOMMU group %d: %w", group, err)
+	}
+	return release, nil
 }
