@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
@@ -32,7 +31,7 @@ type RunOptions struct {
 	// Default is the config of a node without the nvidia.com/vgpu.config
 	// label (the policy's default; DefaultConfigName when empty).
 	Default string
-	Host    *host.Host
+	Host    HostView
 	// RunDir holds the pause and ready files (names.RunDir on a node).
 	RunDir    string
 	Allocated Allocated // the kubelet's allocations; nil for none
