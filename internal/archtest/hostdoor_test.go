@@ -182,11 +182,10 @@ func skipDir(rel, abs string) bool {
 	return err == nil
 }
 
-// checkTree parses every non-test Go file of the product code under root
-// and applies the rules.
-func checkTree(root string) ([]finding, error) {
-	fset := token.NewFileSet()
-	var out []finding
+// productFiles lists every non-test Go file of the product code under
+// root (slash paths from root), skipping what skipDir says is none.
+func productFiles(root string) ([]string, error) {
+	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -202,17 +201,38 @@ func checkTree(root string) ([]finding, error) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
+		if strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") {
+			out = append(out, rel)
 		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		out = append(out, checkFile(fset, rel, f)...)
 		return nil
 	})
 	return out, err
+}
+
+// checkTree parses every non-test Go file of the product code under root
+// and applies the rules.
+func checkTree(root string) ([]finding, error) { return checkFiles(root, nil, checkFile) }
+
+// checkFiles parses the product files under root that keep accepts (nil:
+// every one) and applies check to each.
+func checkFiles(root string, keep func(rel string) bool, check func(*token.FileSet, string, *ast.File) []finding) ([]finding, error) {
+	files, err := productFiles(root)
+	if err != nil {
+		return nil, err
+	}
+	fset := token.NewFileSet()
+	var out []finding
+	for _, rel := range files {
+		if keep != nil && !keep(rel) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(root, filepath.FromSlash(rel)), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", rel, err)
+		}
+		out = append(out, check(fset, rel, f)...)
+	}
+	return out, nil
 }
 
 // allowed is a place where a rule does not apply, and why.

@@ -1,14 +1,9 @@
 package archtest
 
 import (
-	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,44 +73,10 @@ func hostTypeFindings(fset *token.FileSet, rel string, f *ast.File) []finding {
 	return out
 }
 
-// checkHostViews parses every non-test Go file of the product code under
-// root (the folders checkTree reads) outside the program wiring and
-// reports where it names host.Host.
+// checkHostViews reports where the product code under root, outside the
+// program wiring, names host.Host.
 func checkHostViews(root string) ([]finding, error) {
-	fset := token.NewFileSet()
-	var out []finding
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return fmt.Errorf("file %s: %w", p, err)
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if skipDir(rel, p) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || isHostWiring(rel) {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution|parser.ImportsOnly)
-		if err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		if !slices.ContainsFunc(f.Imports, func(imp *ast.ImportSpec) bool { return imp.Path.Value == strconv.Quote(hostPackage) }) {
-			return nil
-		}
-		if f, err = parser.ParseFile(fset, p, nil, parser.SkipObjectResolution); err != nil {
-			return fmt.Errorf("parse %s: %w", rel, err)
-		}
-		out = append(out, hostTypeFindings(fset, rel, f)...)
-		return nil
-	})
-	return out, err
+	return checkFiles(root, func(rel string) bool { return !isHostWiring(rel) }, hostTypeFindings)
 }
 
 // Each consumer of the host model declares the narrow interface it uses:
@@ -154,18 +115,7 @@ func TestHostTypeRule(t *testing.T) {
 			"func f(h *host.Host) {}", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			header := "package x\n\nimport (\n\t" + c.imports + "\n)\n\n"
-			src := header + c.body + "\n"
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, "x.go", src, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatalf("parse: %v\n%s", err, src)
-			}
-			offset := strings.Count(header, "\n")
-			var got []string
-			for _, fd := range hostTypeFindings(fset, "a/x.go", f) {
-				got = append(got, fd.rule+":"+strconv.Itoa(fd.line-offset))
-			}
+			got := syntheticFindings(t, "package x\n\nimport (\n\t"+c.imports+"\n)\n\n", c.body, hostTypeFindings)
 			if !slices.Equal(got, c.want) {
 				t.Errorf("findings %v, want %v in\n%s", got, c.want, c.body)
 			}
@@ -201,16 +151,7 @@ func TestHostWiring(t *testing.T) {
 func TestCheckHostViewsTree(t *testing.T) {
 	root := t.TempDir()
 	bad := "package x\n\nimport \"github.com/sandbox-gpu/sandbox-gpu/host\"\n\ntype P struct{ H *host.Host }\n"
-	write := func(rel, content string) {
-		t.Helper()
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, content string) { t.Helper(); writeTreeFile(t, root, rel, content) }
 	write("go.mod", "module "+modulePath+"\n")
 	for _, rel := range []string{
 		"vfio/plan.go", "kubevirt/scanner.go", "vfio/cli/cli.go", "cmd/x/main.go", "kata/program.go", "vfio/plan_test.go",
@@ -223,12 +164,7 @@ func TestCheckHostViewsTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var files []string
-	for _, f := range got {
-		files = append(files, f.file)
-	}
-	slices.Sort(files)
-	if want := []string{"kubevirt/scanner.go", "vfio/plan.go"}; !slices.Equal(files, want) {
+	if files, want := findingFiles(got), []string{"kubevirt/scanner.go", "vfio/plan.go"}; !slices.Equal(files, want) {
 		t.Errorf("files with findings %v, want %v", files, want)
 	}
 }
