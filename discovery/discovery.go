@@ -32,7 +32,7 @@ type Options struct {
 	NodeName string
 	Client   kubernetes.Interface
 	// Host is the host model the GPUs are read through.
-	Host *host.Host
+	Host HostView
 	// Resync scans again without an event (default 1m): GPUs that appear or
 	// go (hot plug, a card taken out) reach the labels within it.
 	Resync time.Duration

@@ -8,29 +8,6 @@ import (
 	"strings"
 )
 
-// Writer performs sysfs writes. The kernel reacts to them; the simulated
-// kernel (package hostsim) implements Writer to react the same way.
-type Writer interface {
-	WriteFile(path string, data []byte) error
-}
-
-// OSWriter writes sysfs attributes like echo does: open for writing without
-// create or truncate, one write.
-type OSWriter struct{}
-
-// WriteFile writes data to an existing attribute file.
-func (OSWriter) WriteFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q to %s: %w", data, path, err)
-	}
-	return f.Close()
-}
-
 // EnsureDriver makes sure a PCI driver is registered, loading its module
 // from the modules folder (ModuleLoader) when the host has a ModuleKernel.
 func (h *Host) EnsureDriver(ctx context.Context, driver, module string) error {
@@ -121,27 +98,6 @@ func (h *Host) Probe(a Address) error {
 	return nil
 }
 
-// write writes a sysfs attribute after checking that the path, symlinks
-// resolved, is still under the sysfs root: a crafted tree cannot steer a
-// write elsewhere.
-func (h *Host) write(p, data string) error {
-	root, err := filepath.EvalSymlinks(h.sysfs)
-	if err != nil {
-		return fmt.Errorf("sysfs root %s: %w", h.sysfs, err)
-	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
-	if err != nil {
-		return err
-	}
-	if dir != root && !strings.HasPrefix(dir, root+string(filepath.Separator)) {
-		return fmt.Errorf("write %s: resolves to %s, outside the sysfs root %s", p, dir, root)
-	}
-	if fi, err := os.Lstat(filepath.Join(dir, filepath.Base(p))); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("write %s: the attribute is a symlink", p)
-	}
-	return h.writer.WriteFile(p, []byte(data))
-}
-
 // DriverState says whether a driver is registered and, when it is not,
 // whether the kernel has its module.
 type DriverState struct {
@@ -177,10 +133,39 @@ func (h *Host) DriverStateOf(driver, module string) (DriverState, error) {
 	return st, nil
 }
 
-// normalizeModule turns "vfio-pci.ko.xz" or "vfio-pci" into "vfio_pci".
-func normalizeModule(name string) string {
-	if i := strings.Index(name, ".ko"); i >= 0 {
-		name = name[:i]
+// DriverLoaded reports whether a PCI driver is registered.
+func (h *Host) DriverLoaded(driver string) bool {
+	if !validName(driver) {
+		return false
 	}
-	return strings.ReplaceAll(name, "-", "_")
+	_, err := os.Stat(filepath.Join(h.sysfs, "bus", "pci", "drivers", driver))
+	return err == nil
+}
+
+// DriverOfModule maps a module name to the PCI driver it registers, using
+// /sys/module/<mod>/drivers/pci:<name> when the module is loaded.
+func (h *Host) DriverOfModule(module string) string {
+	if !validName(module) {
+		return ""
+	}
+	names, _ := dirNames(filepath.Join(h.sysfs, "module", module, "drivers"))
+	for _, n := range names {
+		if d, ok := strings.CutPrefix(n, "pci:"); ok {
+			return d
+		}
+	}
+	if module == "vfio_pci" {
+		return "vfio-pci"
+	}
+	for _, cand := range []string{module, strings.ReplaceAll(module, "_", "-")} {
+		if h.DriverLoaded(cand) {
+			return cand
+		}
+	}
+	return module
+}
+
+// IsVFIODriver reports whether a driver is vfio-pci or a vfio variant.
+func IsVFIODriver(driver string) bool {
+	return driver == "vfio-pci" || strings.Contains(driver, "vfio")
 }

@@ -175,142 +175,119 @@ func (f *Function) readChildren(dir string) error {
 	return nil
 }
 
-func readAttr(dir, name string) (string, error) {
-	p := filepath.Join(dir, name)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", p, err)
-	}
-	return strings.TrimSpace(string(b)), nil
+// Snapshot is a consistent read of the PCI functions and IOMMU groups.
+type Snapshot struct {
+	IOMMU     IOMMU
+	Functions []*Function // sorted by address
+	Groups    map[int]*Group
+	byAddr    map[Address]*Function
 }
 
-func readOptionalAttr(dir, name string) (string, error) {
-	s, err := readAttr(dir, name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	return s, err
+// Function returns the function at addr.
+func (s *Snapshot) Function(addr Address) (*Function, bool) {
+	f, ok := s.byAddr[addr]
+	return f, ok
 }
 
-func readID(dir, name string) (uint16, error) {
-	s, err := readAttr(dir, name)
-	if err != nil {
-		return 0, err
-	}
-	v, err := ParseID(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
-	}
-	return v, nil
-}
-
-func readOptionalID(dir, name string) (uint16, error) {
-	s, err := readOptionalAttr(dir, name)
-	if err != nil || s == "" {
-		return 0, err
-	}
-	v, err := ParseID(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
-	}
-	return v, nil
-}
-
-func readOptionalInt(dir, name string, def int) (int, error) {
-	s, err := readOptionalAttr(dir, name)
-	if err != nil || s == "" {
-		return def, err
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: invalid number %q: %w", filepath.Join(dir, name), s, err)
-	}
-	return v, nil
-}
-
-// parseGroup parses an IOMMU group number as the kernel names its folder:
-// decimal digits only.
-func parseGroup(s string) (int, error) {
-	if s == "" || len(s) > 9 || strings.Trim(s, "0123456789") != "" {
-		return 0, fmt.Errorf("invalid IOMMU group %q: want a decimal number", s)
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid IOMMU group %q: %w", s, err)
-	}
-	return v, nil
-}
-
-// linkBase returns the last element of a symlink's target, "" when the
-// link does not exist.
-func linkBase(p string) (string, error) {
-	target, err := os.Readlink(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read link %s: %w", p, err)
-	}
-	return filepath.Base(target), nil
-}
-
-// readOptionalLink parses the last element of the target of link name in
-// dir, def when there is no such link; a parse error names the link.
-func readOptionalLink[T any](dir, name string, def T, parse func(string) (T, error)) (T, error) {
-	p := filepath.Join(dir, name)
-	base, err := linkBase(p)
-	if err != nil || base == "" {
-		return def, err
-	}
-	v, err := parse(base)
-	if err != nil {
-		return def, fmt.Errorf("%s: %w", p, err)
-	}
-	return v, nil
-}
-
-// readIfExists reads file p; exists is false, with no error, when there is
-// no such file. Other errors name p.
-func readIfExists(p string) (data []byte, exists bool, err error) {
-	data, err = os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", p, err)
-	}
-	return data, true, nil
-}
-
-// dirNames lists a directory's entry names, nil when it does not exist.
-func dirNames(p string) ([]string, error) {
-	entries, err := os.ReadDir(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read dir %s: %w", p, err)
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names, nil
-}
-
-// isUUID reports the 8-4-4-4-12 hex form mdev devices are named with.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			if c != '-' {
-				return false
-			}
-		} else if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return false
+// CardFunctions returns the functions in f's slot (one card), f included.
+func (s *Snapshot) CardFunctions(f *Function) []*Function {
+	var out []*Function
+	for _, m := range s.Functions {
+		if m.Card() == f.Card() {
+			out = append(out, m)
 		}
 	}
-	return true
+	return out
+}
+
+func (h *Host) devicesDir() string { return filepath.Join(h.sysfs, "bus", "pci", "devices") }
+
+func (h *Host) functionDir(a Address) string { return filepath.Join(h.devicesDir(), string(a)) }
+
+// Scan reads every PCI function and the IOMMU state. It changes nothing.
+func (h *Host) Scan() (*Snapshot, error) {
+	s := &Snapshot{Groups: map[int]*Group{}, byAddr: map[Address]*Function{}}
+	names, err := os.ReadDir(h.devicesDir())
+	if err != nil {
+		return nil, fmt.Errorf("list PCI functions: %w", err)
+	}
+	for _, e := range names {
+		addr, err := ParseAddress(e.Name())
+		if err == nil && string(addr) != e.Name() {
+			err = fmt.Errorf("PCI address %q is not in canonical form %q", e.Name(), addr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(h.devicesDir(), e.Name()), err)
+		}
+		f, err := readFunction(h.functionDir(addr), addr)
+		if err != nil {
+			if h.vanished(addr) {
+				continue // removed while we read it (a VF going away)
+			}
+			return nil, err
+		}
+		s.Functions = append(s.Functions, f)
+		s.byAddr[addr] = f
+	}
+	sort.Slice(s.Functions, func(i, j int) bool { return s.Functions[i].Address < s.Functions[j].Address })
+	if s.IOMMU, err = h.readIOMMU(); err != nil {
+		return nil, err
+	}
+	for _, f := range s.Functions {
+		if f.IOMMUGroup == NoGroup {
+			continue
+		}
+		g, ok := s.Groups[f.IOMMUGroup]
+		if !ok {
+			g = &Group{ID: f.IOMMUGroup}
+			if g.Type, err = readOptionalAttr(filepath.Join(h.sysfs, "kernel", "iommu_groups", strconv.Itoa(g.ID)), "type"); err != nil {
+				return nil, err
+			}
+			s.Groups[g.ID] = g
+		}
+		g.Members = append(g.Members, f.Address)
+	}
+	if len(s.Groups) > 0 && len(s.IOMMU.Units) == 0 && !s.IOMMU.UnsafeNoIOMMU {
+		s.IOMMU.Enabled = true
+	}
+	return s, nil
+}
+
+// vanished reports whether a function's sysfs entry is gone while the PCI
+// devices folder is still there: one function left (a VF removed). The
+// folder itself gone is no such removal, and the scan fails: a host that
+// cannot be read is no proof that its GPUs are gone.
+func (h *Host) vanished(a Address) bool {
+	if _, err := os.Stat(h.devicesDir()); err != nil {
+		return false
+	}
+	_, err := os.Stat(h.functionDir(a))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// ReadFunction re-reads one function.
+func (h *Host) ReadFunction(a Address) (*Function, error) {
+	dir := h.functionDir(a)
+	if _, err := os.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("PCI function %s: %w", a, err)
+	}
+	return readFunction(dir, a)
+}
+
+// NoFunctionError is a PCI function the host does not have: it is not
+// under the sysfs root's bus/pci/devices.
+type NoFunctionError struct {
+	Address Address
+	Dir     string // the folder it was looked for in
+}
+
+func (e *NoFunctionError) Error() string {
+	return fmt.Sprintf("no PCI function %s under %s", e.Address, e.Dir)
+}
+
+// NoFunction is the error for a PCI function that is not on this host,
+// naming where it was looked for. Callers report it instead of reading a
+// root of the host model themselves.
+func (h *Host) NoFunction(a Address) error {
+	return &NoFunctionError{Address: a, Dir: h.devicesDir()}
 }

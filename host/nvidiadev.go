@@ -141,3 +141,42 @@ func (c *MIGCaps) Minor(id string) (int64, error) {
 	}
 	return 0, fmt.Errorf("MIG capability %s: no DeviceFileMinor in %s", id, p)
 }
+
+// nvidiaMinor reads the GPU's minor from the NVIDIA driver's proc file.
+func (h *Host) nvidiaMinor(a Address) (int, bool) {
+	v, ok := h.nvidiaInfo(a, "Device Minor")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil
+}
+
+// GPUMinor is the minor of the GPU's /dev/nvidia<minor>, as the NVIDIA
+// driver gives it (and NVML reports it); false when the driver does not say.
+func (h *Host) GPUMinor(a Address) (int, bool) { return h.nvidiaMinor(a) }
+
+// GPUUUID is the UUID the NVIDIA driver gives the GPU at a ("GPU-..."), as
+// NVIDIA's device plugin advertises it; false when the GPU is not on the
+// nvidia driver (or the driver does not say).
+func (h *Host) GPUUUID(a Address) (string, bool) {
+	return h.nvidiaInfo(a, "GPU UUID")
+}
+
+// nvidiaInfo reads one field of <proc>/driver/nvidia/gpus/<a>/information.
+func (h *Host) nvidiaInfo(a Address, field string) (string, bool) {
+	p := filepath.Join(h.proc, "driver", "nvidia", "gpus", string(a), "information")
+	file, err := os.Open(p)
+	if err != nil {
+		return "", false
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == field {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -182,45 +181,6 @@ func (h *Host) zombie(pid string) bool {
 	return i >= 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
 
-// nvidiaMinor reads the GPU's minor from the NVIDIA driver's proc file.
-func (h *Host) nvidiaMinor(a Address) (int, bool) {
-	v, ok := h.nvidiaInfo(a, "Device Minor")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v)
-	return n, err == nil
-}
-
-// GPUMinor is the minor of the GPU's /dev/nvidia<minor>, as the NVIDIA
-// driver gives it (and NVML reports it); false when the driver does not say.
-func (h *Host) GPUMinor(a Address) (int, bool) { return h.nvidiaMinor(a) }
-
-// GPUUUID is the UUID the NVIDIA driver gives the GPU at a ("GPU-..."), as
-// NVIDIA's device plugin advertises it; false when the GPU is not on the
-// nvidia driver (or the driver does not say).
-func (h *Host) GPUUUID(a Address) (string, bool) {
-	return h.nvidiaInfo(a, "GPU UUID")
-}
-
-// nvidiaInfo reads one field of <proc>/driver/nvidia/gpus/<a>/information.
-func (h *Host) nvidiaInfo(a Address, field string) (string, bool) {
-	p := filepath.Join(h.proc, "driver", "nvidia", "gpus", string(a), "information")
-	file, err := os.Open(p)
-	if err != nil {
-		return "", false
-	}
-	defer file.Close()
-	sc := bufio.NewScanner(file)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == field {
-			return strings.TrimSpace(v), true
-		}
-	}
-	return "", false
-}
-
 // classDeviceNodes finds device nodes of class devices the host driver
 // created below the function (drm/card0, sound/card0/controlC0, ...),
 // from the DEVNAME of their uevent files. Symlinks are not followed.
@@ -276,54 +236,6 @@ func devName(ueventPath string) string {
 		}
 	}
 	return ""
-}
-
-// GroupClaimer opens a VFIO group node exclusively: an error wrapping
-// syscall.EBUSY when another process holds the group (its group fd, or only
-// a device fd got through it, which /proc/*/fd does not show as the node).
-type GroupClaimer interface {
-	Claim(node string) (release func(), err error)
-}
-
-// OSClaimer claims group nodes on the running kernel. A node that is
-// absent, or not a character device, is not claimed.
-type OSClaimer struct{}
-
-// Claim opens node read-write and keeps it open until release.
-func (OSClaimer) Claim(node string) (func(), error) {
-	noop := func() {}
-	if _, ok := charDevice(node); !ok {
-		return noop, nil
-	}
-	f, err := os.OpenFile(node, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return noop, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return func() { f.Close() }, nil
-}
-
-// ClaimGroup claims /dev/vfio/<group> while a member of the group leaves
-// its vfio driver, or while its mdev or VF vGPU is removed. The legacy VFIO
-// group node admits one opener at a time: EBUSY means a VM or container
-// holds it (even one that kept only a device fd, which no /proc scan
-// shows), and while the claim is held nobody can start using the group, so
-// an idle check made after the claim stays true until the write.
-func (h *Host) ClaimGroup(group int) (release func(), err error) {
-	if group == NoGroup {
-		return func() {}, nil
-	}
-	node := filepath.Join(h.dev, "vfio", strconv.Itoa(group))
-	release, err = h.claimer.Claim(node)
-	if errors.Is(err, syscall.EBUSY) {
-		return nil, fmt.Errorf("in use: %s is held by another process", node)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("claim IOMMU group %d: %w", group, err)
-	}
-	return release, nil
 }
 
 // CheckIdle rescans the processes and reports an error starting with

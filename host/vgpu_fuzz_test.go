@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -38,31 +37,6 @@ func FuzzParseVGPUTypes(f *testing.F) {
 		again, err := host.ParseVGPUTypes(written)
 		if err != nil || !reflect.DeepEqual(again, m) {
 			t.Fatalf("%q gave %v; written back as %q it gives %v, %v", text, m, written, again, err)
-		}
-	})
-}
-
-// FuzzParseMdevDescription: any mdev type description gives counts that
-// are zero or positive, never a panic, and the two it reads, written back,
-// read the same whatever else the description says.
-func FuzzParseMdevDescription(f *testing.F) {
-	for _, s := range []string{
-		"num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=5120x2880, max_instance=6",
-		"max_instance=0", "framebuffer=-1M", "framebuffer=99999999999999999999M", "max_instance==3,,", "",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, desc string) {
-		n, fb := host.ParseMdevDescription(desc)
-		if n < 0 || fb < 0 {
-			t.Fatalf("%q gave %d instances, %d MB", desc, n, fb)
-		}
-		n2, fb2 := host.ParseMdevDescription(fmt.Sprintf("framebuffer=%dM, max_instance=%d", fb, n))
-		if n2 != n || fb2 != fb {
-			t.Fatalf("%q gave %d, %d; written back %d, %d", desc, n, fb, n2, fb2)
-		}
-		if n3, fb3 := host.ParseMdevDescription("num_heads=4, " + desc + ", frl_config=60"); n3 != n || fb3 != fb {
-			t.Fatalf("%q gave %d, %d; among other fields %d, %d", desc, n, fb, n3, fb3)
 		}
 	})
 }

@@ -26,7 +26,7 @@ const (
 
 // Scanner discovers Kata resources on the host.
 type Scanner struct {
-	Host             *host.Host
+	Host             HostView
 	Resource         string         // GPUs; default nvidia.com/pgpu
 	NVSwitchResource string         // NVSwitches; default nvidia.com/nvswitch
 	Namer            *gpuname.Namer // set for per-model names (nvidia.com/<MODEL>)

@@ -41,7 +41,7 @@ func TypeResource(typeName string) string {
 
 // Scanner discovers KubeVirt resources on the host.
 type Scanner struct {
-	Host  *host.Host
+	Host  HostView
 	Namer *Namer
 	// VGPU is where the vGPU device manager says what it is doing; zero
 	// when it runs on no node of ours.
@@ -215,7 +215,7 @@ func envAllocator(env string) func([]deviceplugin.Device) *pluginapi.ContainerAl
 
 // vgpuTypeNames maps vGPU type ids to names from every VF's creatable
 // list (a VF with a type set no longer lists it; its siblings do).
-func vgpuTypeNames(h *host.Host, snap *host.Snapshot) map[int]string {
+func vgpuTypeNames(h HostView, snap *host.Snapshot) map[int]string {
 	names := map[int]string{}
 	for _, f := range snap.Functions {
 		if f.PhysFn == "" || f.Vendor != host.VendorNVIDIA {

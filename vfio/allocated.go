@@ -27,7 +27,7 @@ type kubeletIDs struct {
 
 // idsOf lists f's kubelet IDs; index is f's position among the NVIDIA GPUs
 // (-1 when it is not one).
-func idsOf(h *host.Host, f *host.Function, index int) kubeletIDs {
+func idsOf(h HostView, f *host.Function, index int) kubeletIDs {
 	ids := kubeletIDs{vm: []string{string(f.Address)}}
 	if f.IOMMUGroup != host.NoGroup {
 		ids.vm = append(ids.vm, strconv.Itoa(f.IOMMUGroup))
@@ -86,7 +86,7 @@ func (ids kubeletIDs) allocated(holders map[string][]podresources.Holder) []stri
 // after its VFIO group is claimed (when it has one): no process holds it,
 // and, when there is a kubelet to ask, no pod has it allocated (asked
 // afresh: an allocation made since the plan counts).
-func idleCheck(ctx context.Context, h *host.Host, alloc Allocations, f *host.Function, ids kubeletIDs) error {
+func idleCheck(ctx context.Context, h HostView, alloc Allocations, f *host.Function, ids kubeletIDs) error {
 	if err := h.CheckIdle(f); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type ApplyOptions struct {
 // write, one that moved since the plan is left alone, and one that became
 // busy since the plan is refused. A run killed half-way converges when run
 // again.
-func Apply(ctx context.Context, h *host.Host, plan *Plan, opts ApplyOptions) *Result {
+func Apply(ctx context.Context, h HostView, plan *Plan, opts ApplyOptions) *Result {
 	res := &Result{Target: plan.Target, Refused: append([]Refusal(nil), plan.Refused...)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func notAttempted(group []Action, why string) []Refusal {
 
 // applyGroup moves a group's functions in order. When one fails, those
 // already moved go back where they were, so the group stays whole.
-func applyGroup(ctx context.Context, h *host.Host, target Target, group []Action, alloc Allocations) (done []Action, failed []Refusal) {
+func applyGroup(ctx context.Context, h HostView, target Target, group []Action, alloc Allocations) (done []Action, failed []Refusal) {
 	for i, a := range group {
 		var moved Action
 		var err error
@@ -119,7 +119,7 @@ const rollbackAllocTimeout = 5 * time.Second
 // process or a pod the kubelet has allocated it to since it moved (a
 // container may hold a GPU that just returned to its host driver): such a
 // function stays where it is and the refusal says so.
-func rollback(ctx context.Context, h *host.Host, alloc Allocations, target Target, a Action, cause host.Address) Refusal {
+func rollback(ctx context.Context, h HostView, alloc Allocations, target Target, a Action, cause host.Address) Refusal {
 	back := Action{Address: a.Address, From: a.To, To: a.From, Group: a.Group, probe: true, ids: a.ids}
 	var err error
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackAllocTimeout)
@@ -144,7 +144,7 @@ func errMoved(a Action, now string) error {
 // toVFIO moves one function to its vfio driver: driver_override first (so
 // that any later probe, even after a crash, lands on vfio), a last in-use
 // check, unbind from the planned driver, probe.
-func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, error) {
+func toVFIO(h HostView, a Action, idle func(*host.Function) error) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
 		return a, err
@@ -218,7 +218,7 @@ func toVFIO(h *host.Host, a Action, idle func(*host.Function) error) (Action, er
 // probe. The kernel picks the driver, so a host without modules.alias
 // still gets its driver back; the returned action names the driver the
 // function ends on.
-func toHost(h *host.Host, a Action, idle func(*host.Function) error) (Action, error) {
+func toHost(h HostView, a Action, idle func(*host.Function) error) (Action, error) {
 	f, err := h.ReadFunction(a.Address)
 	if err != nil {
 		return a, err
@@ -304,7 +304,7 @@ func restoreVFIO(m mover, was *host.Function, cause error) error {
 
 // claimIfVFIO claims the function's VFIO group while it leaves a vfio
 // driver.
-func claimIfVFIO(h *host.Host, f *host.Function) (func(), error) {
+func claimIfVFIO(h HostView, f *host.Function) (func(), error) {
 	if !host.IsVFIODriver(f.Driver) {
 		return func() {}, nil
 	}

@@ -24,7 +24,7 @@ import (
 
 // DaemonOptions configure a Daemon.
 type DaemonOptions struct {
-	Host *host.Host
+	Host HostView
 	// Desired is used when ConfigFile is empty.
 	Desired Desired
 	// ConfigFile holds the desired state; it is watched for changes.

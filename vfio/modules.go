@@ -14,7 +14,7 @@ import (
 // with no sys/kernel/osrelease, and no --modules-dir) there is no modules
 // folder to read: no aliases, so every function takes plain vfio-pci and
 // returns to the driver sysfs shows, with a warning saying so.
-func readAliases(h *host.Host) ([]host.Alias, string, error) {
+func readAliases(h HostView) ([]host.Alias, string, error) {
 	aliases, err := h.Aliases()
 	if errors.Is(err, host.ErrNoKernelRelease) {
 		return nil, noModulesWarning(err), nil
@@ -24,7 +24,7 @@ func readAliases(h *host.Host) ([]host.Alias, string, error) {
 
 // vfioDriverState is whether vfio-pci is loaded and loadable; without a
 // kernel release, loadable is unknown (false) and a warning says why.
-func vfioDriverState(h *host.Host) (host.DriverState, string, error) {
+func vfioDriverState(h HostView) (host.DriverState, string, error) {
 	st, err := h.DriverStateOf("vfio-pci", "vfio_pci")
 	if errors.Is(err, host.ErrNoKernelRelease) {
 		return st, noModulesWarning(err), nil

@@ -48,7 +48,7 @@ type DeviceReport struct {
 // Status builds the status report of the functions of one vendor (all
 // functions when vendor is 0), with the vfio driver each would take and
 // whether vfio-pci is loaded or loadable.
-func Status(h *host.Host, snap *host.Snapshot, vendor uint16) (StatusReport, error) {
+func Status(h HostView, snap *host.Snapshot, vendor uint16) (StatusReport, error) {
 	aliases, warning, err := readAliases(h)
 	if err != nil {
 		return StatusReport{}, err

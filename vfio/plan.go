@@ -99,7 +99,7 @@ func (p *Plan) groups() [][]Action {
 
 // Planner computes plans against one host.
 type Planner struct {
-	Host    *host.Host
+	Host    HostView
 	Snap    *host.Snapshot
 	Usage   *host.Usage
 	Aliases []host.Alias
@@ -138,7 +138,7 @@ func (p *Planner) idsOf(f *host.Function) kubeletIDs {
 }
 
 // NewPlanner scans the host once for planning.
-func NewPlanner(h *host.Host) (*Planner, error) {
+func NewPlanner(h HostView) (*Planner, error) {
 	snap, err := h.Scan()
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func retried(write func() error, landed func() bool) error {
 
 // mover makes one function's sysfs writes under the retry policy.
 type mover struct {
-	h *host.Host
+	h HostView
 	a host.Address
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -62,7 +61,7 @@ func (r *Result) Err() error {
 // holds the device. Every step re-reads its target first, so a step found
 // done costs no write and a run killed after any write converges when run
 // again. A GPU that fails stops there and is reported; the others go on.
-func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Result {
+func Apply(ctx context.Context, h HostView, plan *Plan, o ApplyOptions) *Result {
 	res := &Result{File: plan.File, Config: plan.Config}
 	done := make([][]Step, len(plan.GPUs))
 	failed := make([]string, len(plan.GPUs))
@@ -121,7 +120,7 @@ func Apply(ctx context.Context, h *host.Host, plan *Plan, o ApplyOptions) *Resul
 }
 
 // applyGPU runs one GPU's steps in order and stops at the first failure.
-func applyGPU(ctx context.Context, h *host.Host, plan *Plan, gp *GPUPlan) (done []Step, failure string) {
+func applyGPU(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) (done []Step, failure string) {
 	if err := ctx.Err(); err != nil {
 		return nil, "failed: not attempted: stopping before the GPU started: " + err.Error()
 	}
@@ -158,7 +157,7 @@ func reason(err error) string {
 // precheck checks, with one look at processes and kubelet, that nothing
 // the GPU's steps remove is in use now, so that a GPU is refused whole
 // rather than half-changed.
-func precheck(ctx context.Context, h *host.Host, allocated Allocated, gp *GPUPlan) string {
+func precheck(ctx context.Context, h HostView, allocated Allocated, gp *GPUPlan) string {
 	u, err := lookUsage(ctx, h, allocated)
 	if err != nil {
 		return "in use: cannot tell: " + err.Error()
@@ -185,7 +184,7 @@ func precheck(ctx context.Context, h *host.Host, allocated Allocated, gp *GPUPla
 
 // replan reads the GPU again once its VFs are enabled, resolves the config
 // against what it now offers and plans the creates.
-func replan(ctx context.Context, h *host.Host, plan *Plan, gp *GPUPlan) ([]Step, string) {
+func replan(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) ([]Step, string) {
 	gpus, err := Inventory(h, plan.opts.TypeNames)
 	if err != nil {
 		return nil, "failed: read the GPU after enabling its VFs: " + err.Error()

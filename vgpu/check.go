@@ -13,7 +13,7 @@ import (
 // kubelet's allocations. A vGPU is in use when a process holds its VFIO
 // group or device (a VM runs on it) or a pod was allocated it.
 type usage struct {
-	h        *host.Host
+	h        HostView
 	procs    *host.Usage
 	alloc    map[string]string
 	allocErr error
@@ -21,7 +21,7 @@ type usage struct {
 
 // survey reads what a plan starts from: the host's NVIDIA GPUs with their
 // vGPUs and VFs, and who uses them.
-func survey(ctx context.Context, h *host.Host, o Options) ([]*GPU, *usage, error) {
+func survey(ctx context.Context, h HostView, o Options) ([]*GPU, *usage, error) {
 	gpus, err := Inventory(h, o.TypeNames)
 	if err != nil {
 		return nil, nil, err
@@ -36,7 +36,7 @@ func survey(ctx context.Context, h *host.Host, o Options) ([]*GPU, *usage, error
 // lookUsage scans the processes and asks the kubelet (when allocated is
 // set). A failing kubelet does not fail the scan: every vGPU then counts as
 // in use, since nothing can be removed safely.
-func lookUsage(ctx context.Context, h *host.Host, allocated Allocated) (*usage, error) {
+func lookUsage(ctx context.Context, h HostView, allocated Allocated) (*usage, error) {
 	u := &usage{h: h}
 	var err error
 	if u.procs, err = h.ScanUsage(); err != nil {
@@ -104,7 +104,7 @@ func (u *usage) busy(v VGPU, probe bool) string {
 // use:" when the vGPU is in use: the last check before a write that
 // removes it (on a real kernel such a write blocks, unkillably, while a VM
 // holds the device).
-func checkIdle(ctx context.Context, h *host.Host, allocated Allocated, v VGPU) error {
+func checkIdle(ctx context.Context, h HostView, allocated Allocated, v VGPU) error {
 	u, err := lookUsage(ctx, h, allocated)
 	if err != nil {
 		return fmt.Errorf("in use: cannot tell: %w", err)

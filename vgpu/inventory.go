@@ -87,7 +87,7 @@ func (f TypeNamesFunc) TypeNames(gpu host.Address) (map[int]string, error) { ret
 
 // Inventory reads every NVIDIA GPU's vGPU state; names may be nil. It
 // changes nothing.
-func Inventory(h *host.Host, names TypeNamer) ([]*GPU, error) {
+func Inventory(h HostView, names TypeNamer) ([]*GPU, error) {
 	snap, err := h.Scan()
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func Inventory(h *host.Host, names TypeNamer) ([]*GPU, error) {
 }
 
 // readGPU decides the backend and reads types and vGPUs.
-func readGPU(h *host.Host, g *GPU, mdevs []host.Mdev, namer TypeNamer) error {
+func readGPU(h HostView, g *GPU, mdevs []host.Mdev, namer TypeNamer) error {
 	pfTypes, err := h.MdevTypes(g.Address)
 	if err != nil {
 		return err
@@ -188,7 +188,7 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 	return nil
 }
 
-func readVendorGPU(h *host.Host, g *GPU, namer TypeNamer) error {
+func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 	names := map[int]string{}
 	for _, t := range catalogTypes(g.ID.Device) {
 		if id, err := strconv.Atoi(t.ID); err == nil {

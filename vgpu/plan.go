@@ -102,7 +102,7 @@ type Refusal struct {
 // PlanConfig plans the selected config of cfg on the host. A config error
 // (vgpuconfig.Error: exit 1) comes back before anything is planned; GPUs whose
 // change would remove a vGPU in use are refused in the plan, whole.
-func PlanConfig(ctx context.Context, h *host.Host, cfg *vgpuconfig.Config, selected string, o Options) (*Plan, error) {
+func PlanConfig(ctx context.Context, h HostView, cfg *vgpuconfig.Config, selected string, o Options) (*Plan, error) {
 	entries, err := cfg.Select(selected)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
@@ -19,7 +18,7 @@ import (
 // VF in use (a process holds it, or the kubelet allocated it to a pod) is
 // refused whole and left exactly as it is, with the reasons; the others
 // proceed. Computing the plan changes nothing.
-func PlanRelease(ctx context.Context, h *host.Host, o Options) (*Plan, error) {
+func PlanRelease(ctx context.Context, h HostView, o Options) (*Plan, error) {
 	gpus, u, err := survey(ctx, h, o)
 	if err != nil {
 		return nil, err

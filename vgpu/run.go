@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
@@ -31,7 +30,7 @@ type RunOptions struct {
 	// Default is the config of a node without the nvidia.com/vgpu.config
 	// label (the policy's default; vgpuconfig.DefaultName when empty).
 	Default string
-	Host    *host.Host
+	Host    HostView
 	// RunDir holds the pause and ready files (names.RunDir on a node).
 	RunDir    string
 	Allocated Allocated // the kubelet's allocations; nil for none

@@ -12,7 +12,7 @@ import (
 // found done writes nothing, one whose target changed since the plan is an
 // error, and a step that removes something checks, just before the write,
 // that nothing uses it.
-func applyStep(ctx context.Context, h *host.Host, allocated Allocated, s Step) error {
+func applyStep(ctx context.Context, h HostView, allocated Allocated, s Step) error {
 	switch s.Op {
 	case OpEnableVFs:
 		f, err := h.ReadFunction(s.Address)
@@ -37,7 +37,7 @@ func applyStep(ctx context.Context, h *host.Host, allocated Allocated, s Step) e
 	return fmt.Errorf("unknown step %q", s.Op)
 }
 
-func disableVFs(ctx context.Context, h *host.Host, allocated Allocated, pf host.Address) error {
+func disableVFs(ctx context.Context, h HostView, allocated Allocated, pf host.Address) error {
 	f, err := h.ReadFunction(pf)
 	if err != nil || f.SRIOVNumVFs == 0 {
 		return err
@@ -78,7 +78,7 @@ func vgpusOf(vfs []host.Address) []VGPU {
 // while the claims are held nothing can start using the vGPUs before the
 // write. A busy claim is reported with the holder the process scan names,
 // when it names one.
-func claimAndCheck(ctx context.Context, h *host.Host, allocated Allocated, claim func() (func(), error), vs ...VGPU) (func(), error) {
+func claimAndCheck(ctx context.Context, h HostView, allocated Allocated, claim func() (func(), error), vs ...VGPU) (func(), error) {
 	check := func() error {
 		for _, v := range vs {
 			if err := checkIdle(ctx, h, allocated, v); err != nil {
@@ -102,7 +102,7 @@ func claimAndCheck(ctx context.Context, h *host.Host, allocated Allocated, claim
 }
 
 // claimVFs claims the VFIO group of each VF (see host.ClaimGroup).
-func claimVFs(h *host.Host, vfs []host.Address) (release func(), err error) {
+func claimVFs(h HostView, vfs []host.Address) (release func(), err error) {
 	var releases []func()
 	release = func() {
 		for _, r := range releases {
@@ -125,7 +125,7 @@ func claimVFs(h *host.Host, vfs []host.Address) (release func(), err error) {
 	return release, nil
 }
 
-func remove(ctx context.Context, h *host.Host, allocated Allocated, s Step) error {
+func remove(ctx context.Context, h HostView, allocated Allocated, s Step) error {
 	if s.onVF() {
 		vf := host.Address(s.ID)
 		v, ok, err := h.VGPU(vf)
@@ -157,7 +157,7 @@ func remove(ctx context.Context, h *host.Host, allocated Allocated, s Step) erro
 	return h.RemoveMdev(s.ID)
 }
 
-func create(h *host.Host, s Step) error {
+func create(h HostView, s Step) error {
 	if !s.onVF() {
 		m, ok, err := h.ReadMdev(s.ID)
 		switch {

@@ -1,12 +1,9 @@
 package archtest
 
 import (
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -59,17 +56,7 @@ func TestCheckFileRules(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			header := "package x\n\nimport (\n\t\"fmt\"\n\t\"io/fs\"\n\t\"os\"\n\t\"path\"\n\t\"path/filepath\"\n\tfp \"path/filepath\"\n\t\"strings\"\n\n\t\"golang.org/x/sys/unix\"\n)\n\n"
-			src := header + c.body + "\n"
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, "x.go", src, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatalf("parse: %v\n%s", err, src)
-			}
-			offset := strings.Count(header, "\n")
-			var got []string
-			for _, fd := range checkFile(fset, "a/x.go", f) {
-				got = append(got, fd.rule+":"+strconv.Itoa(fd.line-offset))
-			}
+			got := syntheticFindings(t, header, c.body, checkFile)
 			if !slices.Equal(got, c.want) {
 				t.Errorf("findings %v, want %v in\n%s", got, c.want, c.body)
 			}
@@ -81,16 +68,7 @@ func TestCheckFileRules(t *testing.T) {
 func TestCheckTreeSkipsWhatIsNotProductCode(t *testing.T) {
 	root := t.TempDir()
 	bad := "package x\n\nfunc f() string { return \"/sys/bus/pci\" }\n"
-	write := func(rel, content string) {
-		t.Helper()
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, content string) { t.Helper(); writeTreeFile(t, root, rel, content) }
 	write("go.mod", "module "+modulePath+"\n")
 	for _, rel := range []string{
 		"main.go", "a/a.go", "cmd/x/main.go", "demo/demo.go", "b/host/x.go", "vfio/testing.go", "operator/operandsx/o.go",
@@ -110,11 +88,7 @@ func TestCheckTreeSkipsWhatIsNotProductCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var files []string
-	for _, f := range got {
-		files = append(files, f.file)
-	}
-	slices.Sort(files)
+	files := findingFiles(got)
 	want := []string{"a/a.go", "b/host/x.go", "cmd/x/main.go", "demo/demo.go", "main.go", "operator/operandsx/o.go", "vfio/testing.go"}
 	if !slices.Equal(files, want) {
 		t.Errorf("files with findings %v, want %v", files, want)

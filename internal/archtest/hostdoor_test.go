@@ -184,13 +184,7 @@ func skipDir(rel, abs string) bool {
 
 // checkTree parses every non-test Go file of the product code under root
 // and applies the rules.
-func checkTree(root string) ([]finding, error) {
-	var out []finding
-	err := eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
-		out = append(out, checkFile(fset, rel, f)...)
-	})
-	return out, err
-}
+func checkTree(root string) ([]finding, error) { return checkFiles(root, nil, checkFile) }
 
 // walkGoFiles calls visit with each Go file under root (its slash path from
 // root, and its path), leaving out the folders skip says (slash path from
@@ -216,6 +210,18 @@ func walkGoFiles(root string, skip func(rel, abs string) bool, visit func(rel, a
 		}
 		return visit(rel, p)
 	})
+}
+
+// checkFiles parses the product files under root that keep accepts (nil:
+// every one) and applies check to each.
+func checkFiles(root string, keep func(rel string) bool, check func(*token.FileSet, string, *ast.File) []finding) ([]finding, error) {
+	var out []finding
+	err := eachProductFile(root, func(fset *token.FileSet, rel string, f *ast.File) {
+		if keep == nil || keep(rel) {
+			out = append(out, check(fset, rel, f)...)
+		}
+	})
+	return out, err
 }
 
 // allowed is a place where a rule does not apply, and why.

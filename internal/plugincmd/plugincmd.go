@@ -74,7 +74,7 @@ func (c *Common) Ready() func() bool {
 
 // WatchPaths are the folders whose changes mean devices may have changed:
 // the host model's device folders and the readiness file's folder.
-func (c *Common) WatchPaths(h *host.Host) []string {
+func (c *Common) WatchPaths(h hostView) []string {
 	paths := h.DeviceWatchPaths()
 	if c.WaitReady {
 		paths = append(paths, filepath.Dir(c.ReadyFile))
@@ -96,7 +96,7 @@ type Plugin struct {
 
 // Serve runs the plugin until ctx ends, with its readiness and metrics on
 // the shell's listener.
-func (c *Common) Serve(ctx context.Context, env *shell.Env, h *host.Host, p Plugin) error {
+func (c *Common) Serve(ctx context.Context, env *shell.Env, h hostView, p Plugin) error {
 	m, err := deviceplugin.NewManager(deviceplugin.Options{
 		Dir: c.DevicePluginDir, SocketPrefix: p.Name, Scanner: p.Scanner, WatchPaths: append(c.WatchPaths(h), p.Watch...),
 		Rescan: c.Rescan, Ready: c.Ready(), OnScan: p.OnScan, Log: env.Log, Registerer: env.Metrics,

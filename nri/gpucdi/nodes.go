@@ -22,7 +22,7 @@ type hostDevices interface {
 }
 
 // hostModel is the host model over o's roots (after withDefaults).
-func hostModel(o Options) *host.Host {
+func hostModel(o Options) hostDevices {
 	return host.New(host.Options{DevRoot: o.DevRoot, ProcRoot: o.ProcRoot})
 }
 

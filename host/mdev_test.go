@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,4 +108,47 @@ func TestNonPCIMdevParent(t *testing.T) {
 	assert.Equal(t, "Single port serial", ms[0].TypeName)
 	_, err = h.MdevTypes("../x")
 	assert.Error(t, err)
+}
+
+// An mdev's iommu_group link is read as strictly as a function's.
+func TestMdevMalformedIOMMUGroupLink(t *testing.T) {
+	const uuid = "5e1a0000-0000-4000-8000-000000000001"
+	for _, target := range []string{"../../../kernel/iommu_groups/abc", "../../../kernel/iommu_groups/+5"} {
+		t.Run(target, func(t *testing.T) {
+			k, h := hostsim.NewHost(t, "a10")
+			require.NoError(t, k.AddMdev("0000:3b:00.0", uuid, "nvidia-558", "NVIDIA A10-4Q", 100))
+			dir := filepath.Join(h.SysfsRoot(), "bus", "mdev", "devices", uuid)
+			require.NoError(t, os.Remove(filepath.Join(dir, "iommu_group")))
+			require.NoError(t, os.Symlink(target, filepath.Join(dir, "iommu_group")))
+			_, err := h.Mdevs()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), filepath.Join(dir, "iommu_group"))
+			assert.Contains(t, err.Error(), filepath.Base(target))
+		})
+	}
+}
+
+// FuzzParseMdevDescription: any mdev type description gives counts that
+// are zero or positive, never a panic, and the two it reads, written back,
+// read the same whatever else the description says.
+func FuzzParseMdevDescription(f *testing.F) {
+	for _, s := range []string{
+		"num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=5120x2880, max_instance=6",
+		"max_instance=0", "framebuffer=-1M", "framebuffer=99999999999999999999M", "max_instance==3,,", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, desc string) {
+		n, fb := host.ParseMdevDescription(desc)
+		if n < 0 || fb < 0 {
+			t.Fatalf("%q gave %d instances, %d MB", desc, n, fb)
+		}
+		n2, fb2 := host.ParseMdevDescription(fmt.Sprintf("framebuffer=%dM, max_instance=%d", fb, n))
+		if n2 != n || fb2 != fb {
+			t.Fatalf("%q gave %d, %d; written back %d, %d", desc, n, fb, n2, fb2)
+		}
+		if n3, fb3 := host.ParseMdevDescription("num_heads=4, " + desc + ", frl_config=60"); n3 != n || fb3 != fb {
+			t.Fatalf("%q gave %d, %d; among other fields %d, %d", desc, n, fb, n3, fb3)
+		}
+	})
 }
