@@ -4,29 +4,68 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
-	"github.com/sandbox-gpu/sandbox-gpu/kata"
-	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
+	katacli "github.com/sandbox-gpu/sandbox-gpu/kata/cli"
+	kubevirtcli "github.com/sandbox-gpu/sandbox-gpu/kubevirt/cli"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	vfiocli "github.com/sandbox-gpu/sandbox-gpu/vfio/cli"
 	vgpucli "github.com/sandbox-gpu/sandbox-gpu/vgpu/cli"
 )
 
-// simulated are the node binaries simulate can run, and whether their
-// host needs the NVIDIA functions on vfio-pci first (device plugins
-// advertise only those).
+// simulated are the node binaries simulate can run, each on the simulated
+// kernel (the programs that change the host take it; the device plugins
+// only read the tree), with the flags that point it at the simulated host
+// besides the roots, and whether their host needs the NVIDIA functions on
+// vfio-pci first (device plugins advertise only those).
 var simulated = map[string]struct {
-	program func() *shell.Program
+	program func(hostroots.Kernel) *shell.Program
+	flags   func(sim simHost, command string) []string
 	bind    bool
 }{
-	"vfio-manager":           {vfiocli.Program, false},
-	"kubevirt-device-plugin": {kubevirt.Program, true},
-	"kata-device-plugin":     {kata.Program, true},
-	"vgpu-device-manager":    {vgpucli.Program, false},
+	"vfio-manager":           {vfiocli.ProgramOn, vfioFlags, false},
+	"kubevirt-device-plugin": {func(hostroots.Kernel) *shell.Program { return kubevirtcli.Program() }, pluginFlags, true},
+	"kata-device-plugin":     {func(hostroots.Kernel) *shell.Program { return katacli.Program() }, pluginFlags, true},
+	"vgpu-device-manager":    {vgpucli.ProgramOn, vgpuFlags, false},
+}
+
+// simHost is a simulated host built for one simulate run: its kernel and
+// the demo's folder of it.
+type simHost struct {
+	opts host.Options
+	dir  string
+}
+
+// roots are the root flags of the simulated host.
+func (s simHost) roots() []string {
+	return []string{"--sysfs-root", s.opts.SysfsRoot, "--dev-root", s.opts.DevRoot, "--proc-root", s.opts.ProcRoot}
+}
+
+// vfioFlags: the simulated host's modules, and no kubelet to ask (the
+// commands that change functions ask one).
+func vfioFlags(s simHost, command string) []string {
+	flags := append(s.roots(), "--modules-dir", s.opts.ModulesDir)
+	if command != "status" {
+		flags = append(flags, "--pod-resources-socket=")
+	}
+	return flags
+}
+
+// pluginFlags: the simulated host's modules; the plugin advertises without
+// waiting for a VFIO manager (simulate bound every function first).
+func pluginFlags(s simHost, _ string) []string {
+	return append(s.roots(), "--modules-dir", s.opts.ModulesDir, "--wait-vfio-ready=false")
+}
+
+// vgpuFlags: no kubelet to ask, and the run folder (lock, pause and ready
+// files) in the simulated host's folder.
+func vgpuFlags(s simHost, _ string) []string {
+	return append(s.roots(), "--pod-resources-socket=", "--run-dir", filepath.Join(s.dir, "run"))
 }
 
 func simulatedBinaries() []string {
@@ -72,15 +111,19 @@ func simulateCommand() *shell.Command {
 			if err != nil {
 				return fmt.Errorf("simulated host %s: %w", fx.Name, err)
 			}
-			opts := k.Options()
+			sim := simHost{opts: k.Options(), dir: dir}
 			args := env.Args[2:]
 			if bin.bind {
-				if err := bindAll(ctx, opts); err != nil {
+				if err := bindAll(ctx, sim.opts); err != nil {
 					return err
 				}
-				args = append([]string{"--wait-vfio-ready=false"}, args...)
 			}
-			if code := shell.Run(ctx, bin.program(), args, shell.IO{Stdout: env.Stdout, Stderr: env.Stderr, Host: &opts}); code != 0 {
+			if len(args) > 0 {
+				args = append(args, bin.flags(sim, args[0])...)
+			} else if bin.bind {
+				args = bin.flags(sim, "")
+			}
+			if code := shell.Run(ctx, bin.program(k), args, shell.IO{Stdout: env.Stdout, Stderr: env.Stderr}); code != 0 {
 				return shell.Quiet(exitCode(code))
 			}
 			return nil

@@ -57,9 +57,9 @@ func typeNames(report wire.VGPUReady) map[int]string {
 	return out
 }
 
-// folders are the folders of the two files, watched so that a pause and
+// Folders are the folders of the two files, watched so that a pause and
 // its end are seen at once.
-func (v VGPUState) folders() []string {
+func (v VGPUState) Folders() []string {
 	var out []string
 	for _, f := range []string{v.PauseFile, v.ReadyFile} {
 		if f != "" {

@@ -55,7 +55,7 @@ func TestNoVGPUWhileTheManagerChangesThem(t *testing.T) {
 	require.NoError(t, os.WriteFile(state.PauseFile, nil, 0o644))
 	s = &Scanner{Host: hgx, Namer: namer, VGPU: state}
 	assert.Equal(t, 8, resourcesOf(t, s)["nvidia.com/GH100_H100_SXM5_80GB"], "passthrough stays while paused")
-	assert.Contains(t, state.folders(), run)
+	assert.Contains(t, state.Folders(), run)
 }
 
 // TestFullCardTypesNamedFromTheManagersReport: a full vendor-VFIO card

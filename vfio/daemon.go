@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/promreg"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
@@ -246,7 +247,7 @@ func (d *Daemon) Reconcile(ctx context.Context) (*ReadyReport, error) {
 
 func (d *Daemon) reconcile(ctx context.Context) (*ReadyReport, error) {
 	if d.opts.LockFile != "" && !d.lockHeld() {
-		release, err := AcquireLock(ctx, d.opts.LockFile)
+		release, err := hostlock.Acquire(ctx, d.opts.LockFile)
 		if err != nil {
 			return nil, err
 		}

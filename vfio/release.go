@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -24,7 +25,7 @@ func (d *Daemon) lockForLife(ctx context.Context) (func(), error) {
 		return func() {}, nil
 	}
 	d.setReady(&ReadyReport{Reason: "waiting for the host lock " + d.opts.LockFile, Actions: []Action{}, Refused: []Refusal{}, VFIO: []string{}})
-	release, err := AcquireLock(ctx, d.opts.LockFile)
+	release, err := hostlock.Acquire(ctx, d.opts.LockFile)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,35 +12,10 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
-	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/apiserver"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/proc"
-	"github.com/sandbox-gpu/sandbox-gpu/operator/operands"
 )
-
-func TestHelpListsDiscover(t *testing.T) {
-	var out bytes.Buffer
-	if code := shell.Run(context.Background(), program(), []string{"--help"}, shell.IO{Stdout: &out}); code != 0 {
-		t.Fatalf("--help exit %d", code)
-	}
-	if !strings.Contains(out.String(), "sandbox-gpu-validator discover") {
-		t.Errorf("usage lacks the discover command:\n%s", out.String())
-	}
-	out.Reset()
-	if code := shell.Run(context.Background(), program(), []string{"discover", "--help"}, shell.IO{Stdout: &out}); code != 0 {
-		t.Fatalf("discover --help exit %d", code)
-	}
-	// The default listener is the port the operator probes and names "metrics".
-	if want := fmt.Sprintf(`(default ":%d")`, operands.DiscoveryPort); !strings.Contains(out.String(), want) {
-		t.Errorf("discover --help lacks %s:\n%s", want, out.String())
-	}
-	for _, f := range []string{"-sysfs-root", "-node-name", "-resync", "-kubeconfig", "-health-addr"} {
-		if !strings.Contains(out.String(), f) {
-			t.Errorf("discover --help lacks %s:\n%s", f, out.String())
-		}
-	}
-}
 
 // The shipped binary wires the root flags into the host model: pointed at
 // a simulated HGX H100 tree it labels its Node with 8 GPUs, and it exits 0

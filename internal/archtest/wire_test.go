@@ -44,7 +44,7 @@ func standard(p string) bool {
 func wireRules() []importRule {
 	return []importRule{
 		{name: "readers link no writer part",
-			subjects: []string{"kata", "kubevirt", "internal/plugincmd", "validator/...", "operator/...",
+			subjects: []string{"kata/...", "kubevirt/...", "internal/plugincmd", "validator/...", "operator/...",
 				"cmd/kata-device-plugin", "cmd/kubevirt-device-plugin", "cmd/sandbox-gpu-validator", "cmd/sandbox-gpu-operator"},
 			forbid: func(p string) string {
 				for _, part := range []string{"vfio", "vgpu"} {

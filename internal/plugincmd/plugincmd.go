@@ -1,7 +1,7 @@
 // Package plugincmd is the command-line plumbing the two sandbox device
 // plugins share on top of the entry-point shell: their flags, the VFIO
 // manager readiness gate, health and metrics, and the run loop. The
-// kubevirt and kata packages describe their programs with it.
+// kubevirt/cli and kata/cli packages describe their programs with it.
 package plugincmd
 
 import (
@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/deviceplugin"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
@@ -54,7 +55,7 @@ func Command(c *Common, flags func(*flag.FlagSet), run func(ctx context.Context,
 			}
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
-			opts := env.HostOptions()
+			opts := hostroots.Options(env.Roots)
 			if c.Modules != "" {
 				opts.ModulesDir = c.Modules
 			}
@@ -119,7 +120,7 @@ func (c *Common) Serve(ctx context.Context, env *shell.Env, h hostView, p Plugin
 		}
 		return ok, report
 	})
-	logStart(env.Log, p.Name, c, env.HostOptions())
+	logStart(env.Log, p.Name, c, hostroots.Options(env.Roots))
 	return m.Run(ctx)
 }
 

@@ -6,7 +6,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/jsonout"
 )
 
@@ -15,7 +14,8 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	// Log is the structured logger (JSON lines on Stderr).
 	Log logr.Logger
-	// Roots are the host roots from the flags (commands with Roots).
+	// Roots are the host roots from the flags (commands with Roots); a
+	// program makes them its host model's options with internal/hostroots.
 	Roots Roots
 	// Metrics is served on /metrics; the Go and process collectors are in.
 	Metrics *prometheus.Registry
@@ -23,7 +23,6 @@ type Env struct {
 	Args []string
 
 	verbosity  verbosity
-	sim        *host.Options
 	health     *health
 	listenAddr string
 	gatherer   prometheus.Gatherer
@@ -39,18 +38,6 @@ func (e *Env) ListenAddr() string { return e.listenAddr }
 
 // Verbosity is the -v level.
 func (e *Env) Verbosity() int { return int(e.verbosity) }
-
-// HostOptions are the host model's options: the roots from the flags, or
-// the simulated host the demo runs the command on.
-func (e *Env) HostOptions() host.Options {
-	if e.sim != nil {
-		return *e.sim
-	}
-	return host.Options{SysfsRoot: e.Roots.Sysfs, DevRoot: e.Roots.Dev, ProcRoot: e.Roots.Proc}
-}
-
-// Simulated reports whether the command runs on a simulated host.
-func (e *Env) Simulated() bool { return e.sim != nil }
 
 // AddReady adds a readiness check: /readyz answers 200 only while every
 // check passes.

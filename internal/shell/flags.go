@@ -7,8 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // parse parses args; -h/--help prints the usage to stdout (so that --help
@@ -85,13 +83,15 @@ func (v *verbosity) Set(s string) error {
 
 func (v *verbosity) IsBoolFlag() bool { return true }
 
-// Roots are the host roots every node binary takes (contracts.md).
+// Roots are the host roots every node binary takes (contracts.md). An
+// empty root is the host model's default (internal/hostroots fills it in):
+// the shell knows no host path.
 type Roots struct {
 	Sysfs, Dev, Proc string
 }
 
 func (r *Roots) register(fs *flag.FlagSet) {
-	fs.StringVar(&r.Sysfs, "sysfs-root", host.DefaultSysfsRoot, "sysfs root")
-	fs.StringVar(&r.Dev, "dev-root", host.DefaultDevRoot, "/dev root")
-	fs.StringVar(&r.Proc, "proc-root", host.DefaultProcRoot, "/proc root")
+	fs.StringVar(&r.Sysfs, "sysfs-root", "", "sysfs root (default /sys)")
+	fs.StringVar(&r.Dev, "dev-root", "", "dev root (default /dev)")
+	fs.StringVar(&r.Proc, "proc-root", "", "proc root (default /proc)")
 }

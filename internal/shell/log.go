@@ -8,12 +8,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// newLogger returns the one log format of every binary: JSON lines on
-// stderr ({"time","level","msg","logger",...}); verbosity N shows V(N)
-// logs. klog (client-go, gRPC helpers) is routed into the same handler so
-// no plain-text line is mixed into the JSON.
-func newLogger(stderr io.Writer, verbosity int, name string) logr.Logger {
-	h := slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.Level(-verbosity), ReplaceAttr: debugLevels})
+// newHandler is the one log format of every binary: JSON lines on stderr
+// ({"time","level","msg","logger",...}); verbosity N shows V(N) logs.
+// klog (client-go) and, in a binary, grpc-go are routed into it so no
+// plain-text line is mixed into the JSON.
+func newHandler(stderr io.Writer, verbosity int) slog.Handler {
+	return slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.Level(-verbosity), ReplaceAttr: debugLevels})
+}
+
+// logger is the command's logger on h, with klog routed into h.
+func logger(h slog.Handler, name string) logr.Logger {
 	klog.SetSlogLogger(slog.New(h).With("logger", "klog"))
 	return logr.FromSlogHandler(h).WithValues("logger", name)
 }

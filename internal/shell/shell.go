@@ -1,9 +1,10 @@
 // Package shell is the one entry-point shell of every sandbox-gpu binary:
 // flags and help, one structured log format (JSON lines through slog, with
 // klog routed into it), the health and metrics listener, signals and exit
-// codes. A main is one line:
+// codes. Each part's cli package defines its program, and a main is one
+// line:
 //
-//	func main() { os.Exit(shell.Main(program())) }
+//	func main() { os.Exit(shell.Main(cli.Program())) }
 //
 // Commands get everything through an Env; nothing here is package-level
 // state, so tests and the demo run programs in process with shell.Run.
@@ -18,8 +19,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
 // Program is one binary: a single command (Name "") or subcommands.
@@ -57,9 +56,9 @@ type Command struct {
 // IO is what a run reads and writes besides its flags.
 type IO struct {
 	Stdout, Stderr io.Writer
-	// Host, when set, replaces the host model the roots would give (the
-	// demo's simulated hosts); shipped mains never set it.
-	Host *host.Options
+	// grpcLogs routes grpc-go's process-wide logger into the run's log
+	// (Main's run only: the process is the program).
+	grpcLogs bool
 }
 
 // Main runs the program on the process's arguments until SIGINT or SIGTERM
@@ -67,7 +66,7 @@ type IO struct {
 func Main(p *Program) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return Run(ctx, p, os.Args[1:], IO{Stdout: os.Stdout, Stderr: os.Stderr})
+	return Run(ctx, p, os.Args[1:], IO{Stdout: os.Stdout, Stderr: os.Stderr, grpcLogs: true})
 }
 
 // Run runs the program with args and returns the exit code: 0 done (or
@@ -121,7 +120,7 @@ func (p *Program) pick(args []string, stdout io.Writer) (*Command, []string, err
 }
 
 func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) error {
-	env := &Env{Stdout: o.Stdout, Stderr: o.Stderr, sim: o.Host}
+	env := &Env{Stdout: o.Stdout, Stderr: o.Stderr}
 	fs := flag.NewFlagSet(c.fullName(p), flag.ContinueOnError)
 	var healthAddr string
 	fs.Var(&env.verbosity, "v", "log verbosity: -v or -v=N shows debug logs up to level N")
@@ -138,7 +137,11 @@ func (c *Command) execute(ctx context.Context, p *Program, args []string, o IO) 
 		return err
 	}
 	env.Args = fs.Args()
-	env.Log = newLogger(o.Stderr, int(env.verbosity), p.Name)
+	h := newHandler(o.Stderr, int(env.verbosity))
+	if o.grpcLogs {
+		installGRPCLogs(h, int(env.verbosity))
+	}
+	env.Log = logger(h, p.Name)
 	env.health = &health{}
 	env.Metrics = newRegistry()
 	if healthAddr != "" {

@@ -106,17 +106,18 @@ func TestOneLogFormat(t *testing.T) {
 	assert.Contains(t, errOut, `"err":"daemon failed"`)
 }
 
-func TestRootsAndSimulatedHost(t *testing.T) {
-	var got []string
+// TestRoots: the root flags reach the command as given; unset they are
+// empty, the host model's defaults (internal/hostroots fills them in).
+func TestRoots(t *testing.T) {
+	var got Roots
 	p := program(func(_ context.Context, env *Env) error {
-		o := env.HostOptions()
-		got = []string{o.SysfsRoot, o.DevRoot, o.ProcRoot}
+		got = env.Roots
 		return nil
 	})
 	_, _, _ = runTool(t, p, "status", "--sysfs-root", "/a/sys", "--dev-root=/a/dev", "--proc-root", "/a/proc")
-	assert.Equal(t, []string{"/a/sys", "/a/dev", "/a/proc"}, got)
+	assert.Equal(t, Roots{Sysfs: "/a/sys", Dev: "/a/dev", Proc: "/a/proc"}, got)
 	_, _, _ = runTool(t, p, "status")
-	assert.Equal(t, []string{"/sys", "/dev", "/proc"}, got)
+	assert.Equal(t, Roots{}, got)
 }
 
 // TestHealthDetailsStayOnTheHost: the network sees a bare status; callers

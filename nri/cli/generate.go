@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/nri/gpucdi"
 )
@@ -40,7 +41,7 @@ func generateCommand() *shell.Command {
 		Summary: "writes a GPU CDI spec (no hooks) from NVML, where nvidia-ctk wrote none", Roots: true,
 		Flags: func(fs *flag.FlagSet) { generateFlags(fs, &c) },
 		Run: func(ctx context.Context, env *shell.Env) error {
-			roots := env.HostOptions()
+			roots := hostroots.Options(env.Roots)
 			c.opts.DevRoot, c.opts.ProcRoot = roots.DevRoot, roots.ProcRoot
 			c.opts.LibDirs, c.opts.BinDirs = c.libDirs.vals, c.binDirs.vals
 			return generateCDI(ctx, c, env.Stdout)

@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/nri"
 )
@@ -37,8 +38,9 @@ func build(o *options, h *host.Host, devRoot string, log logr.Logger) (nri.Optio
 
 func run(ctx context.Context, env *shell.Env, o *options) error {
 	log := env.Log
-	h := host.New(env.HostOptions())
-	no, res, pods, err := build(o, h, env.HostOptions().DevRoot, log)
+	opts := hostroots.Options(env.Roots)
+	h := host.New(opts)
+	no, res, pods, err := build(o, h, opts.DevRoot, log)
 	if err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func run(ctx context.Context, env *shell.Env, o *options) error {
 			if err != nil {
 				return nri.Options{}, nil, nil, err
 			}
-			no, res, pods, err := build(co, h, env.HostOptions().DevRoot, log)
+			no, res, pods, err := build(co, h, opts.DevRoot, log)
 			if err == nil {
 				closers = append(closers, pods.Close)
 				log.Info("Configured by the runtime", "podResources", co.podResources, "cdiDirs", co.cdiDirs.vals, "resources", co.resources.vals, "failOpen", co.failOpen)

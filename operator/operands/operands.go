@@ -73,11 +73,11 @@ var builders = map[string]builder{
 			// A move refused because a GPU was busy (NVIDIA's device plugin
 			// still stopping, a container still ending) is tried again at
 			// the binary's --retry (10s).
-			c.Args = []string{"daemon", "--all", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=%s:%d", LoopbackHost, VFIOManagerPort), "--vm-gpus-from-node"}
+			c.Args = []string{"daemon", "--all", "--ready-dir=" + names.WriterDir(names.VFIOManager), "--health-addr=" + names.HealthAddr(LoopbackHost, names.VFIOManagerPort), "--vm-gpus-from-node"}
 			if p.VFIOManager.NVSwitches {
 				c.Args = append(c.Args, "--nvswitches")
 			}
-			vfioManager(ds, p, VFIOManagerPort)
+			vfioManager(ds, p, names.VFIOManagerPort)
 		}},
 	names.ReleaseOperand(names.VFIOManager): {binary: "vfio-manager", privileged: true, releases: names.VFIOManager,
 		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VFIOManager.OperandSpec },
@@ -115,7 +115,7 @@ var builders = map[string]builder{
 			if hooks == "" {
 				hooks = v1alpha1.CDIHooksNVIDIA
 			}
-			c.Args = []string{"--health-addr=:8083", "--cdi-hooks=" + hooks}
+			c.Args = []string{"--health-addr=" + names.HealthAddr("", names.NRIPluginPort), "--cdi-hooks=" + hooks}
 			if o.KataRuntimeHandler != "" {
 				// Kata's pods, decided by the handler of the policy's
 				// RuntimeClass, not by a name pattern.
@@ -126,7 +126,7 @@ var builders = map[string]builder{
 				// annotation (DevicePluginGPURequest): only there.
 				c.Args = append(c.Args, "--annotation-namespace="+o.Namespace)
 			}
-			probe(c, "/readyz", 8083)
+			probe(c, "/readyz", names.NRIPluginPort)
 			mount(ds, "nri", "/var/run/nri", false)
 			mount(ds, "pod-resources", "/var/lib/kubelet/pod-resources", true)      // connect needs no writable mount
 			mount(ds, "device-checkpoint", "/var/lib/kubelet/device-plugins", true) // init containers' GPUs
@@ -142,7 +142,7 @@ var builders = map[string]builder{
 		spec: func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.Validator },
 		customize: func(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = []string{"--health-addr=:8082"}
+			c.Args = []string{"--health-addr=" + names.HealthAddr("", names.ValidatorPort)}
 			// Reads the VFIO manager's, the vGPU device manager's and the
 			// KubeVirt plugin's files, read-only; it may start first, so the
 			// folders are created if missing. Its image's user (nonroot)
@@ -150,7 +150,7 @@ var builders = map[string]builder{
 			readRun(ds, names.Writers()...)
 			nonRoot := true
 			ds.Spec.Template.Spec.SecurityContext.RunAsNonRoot = &nonRoot
-			probe(c, "/readyz", 8082)
+			probe(c, "/readyz", names.ValidatorPort)
 		}},
 	names.VGPUDeviceManager: {binary: "vgpu-device-manager", privileged: true,
 		spec:      func(p *v1alpha1.SandboxGPUPolicySpec) v1alpha1.OperandSpec { return p.VGPUDeviceManager.OperandSpec },
@@ -274,8 +274,8 @@ func apiAccess(ds *appsv1.DaemonSet, operand string) {
 
 func devicePlugin(ds *appsv1.DaemonSet) {
 	c := &ds.Spec.Template.Spec.Containers[0]
-	c.Args = append(c.Args, "--health-addr=:8084")
-	probe(c, "/readyz", 8084)
+	c.Args = append(c.Args, "--health-addr="+names.HealthAddr("", names.DevicePluginPort))
+	probe(c, "/readyz", names.DevicePluginPort)
 	mount(ds, "device-plugins", "/var/lib/kubelet/device-plugins", false)
 	mount(ds, "sys", "/sys", true)
 	mount(ds, "dev-vfio", "/dev/vfio", true)
@@ -320,10 +320,8 @@ const MetricsPortName = "metrics"
 // PodMonitor, which scrapes the "metrics" ports, does not try the node's
 // address where nothing answers.
 const (
-	LoopbackHost   = "127.0.0.1"
+	LoopbackHost   = names.LoopbackHost
 	HealthPortName = "health"
-	// VFIOManagerPort is the VFIO manager's listener (on LoopbackHost).
-	VFIOManagerPort = 8081
 )
 
 // loopbackProbe is probe for a host-network operand listening on

@@ -231,10 +231,10 @@ func TestVFIOManagerClassFilter(t *testing.T) {
 // listen on the node's loopback only: the flag names 127.0.0.1, the
 // kubelet probes 127.0.0.1, and the port is "health", not scraped.
 func TestMetricsPorts(t *testing.T) {
-	want := map[string]int32{names.VFIOManager: 8081, names.Validator: 8082, names.NRIPlugin: 8083,
-		names.KubeVirtDevicePlugin: 8084, names.KataDevicePlugin: 8084, names.GPUDiscovery: DiscoveryPort,
-		names.VGPUDeviceManager: VGPUDeviceManagerPort, names.ReleaseOperand(names.VFIOManager): VFIOReleasePort,
-		names.ReleaseOperand(names.VGPUDeviceManager): VGPUReleasePort}
+	want := map[string]int32{names.VFIOManager: names.VFIOManagerPort, names.Validator: names.ValidatorPort, names.NRIPlugin: names.NRIPluginPort,
+		names.KubeVirtDevicePlugin: names.DevicePluginPort, names.KataDevicePlugin: names.DevicePluginPort, names.GPUDiscovery: names.GPUDiscoveryPort,
+		names.VGPUDeviceManager: names.VGPUDeviceManagerPort, names.ReleaseOperand(names.VFIOManager): names.VFIOReleasePort,
+		names.ReleaseOperand(names.VGPUDeviceManager): names.VGPUDeviceManagerPort}
 	loopback := 0
 	for name, port := range want {
 		ds, err := Build(name, &v1alpha1.SandboxGPUPolicySpec{}, opts)

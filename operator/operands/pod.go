@@ -1,7 +1,6 @@
 package operands
 
 import (
-	"fmt"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,10 +50,6 @@ func APIClients() []string {
 		names.ReleaseOperand(names.VFIOManager), names.ReleaseOperand(names.VGPUDeviceManager)}
 }
 
-// DiscoveryPort is the GPU discovery agent's /healthz, /readyz and
-// /metrics port (the default of sandbox-gpu-validator discover).
-const DiscoveryPort = 8086
-
 // pullWith sets the pull secrets (the operator's, then the policy's, then
 // the operand's own, each once) and the pull policy (the policy's over the
 // operator's) of the pod.
@@ -84,11 +79,11 @@ func pullWith(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, o Options,
 func discovery(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
-	c.Args = []string{"discover", fmt.Sprintf("--health-addr=:%d", DiscoveryPort)}
+	c.Args = []string{"discover", "--health-addr=" + names.HealthAddr("", names.GPUDiscoveryPort)}
 	spec.NodeSelector = map[string]string{corev1.LabelOSStable: "linux"}
 	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	nonRoot := true
 	spec.SecurityContext.RunAsNonRoot = &nonRoot
 	mount(ds, "sys", "/sys", true)
-	probe(c, "/readyz", DiscoveryPort)
+	probe(c, "/readyz", names.GPUDiscoveryPort)
 }

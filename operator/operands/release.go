@@ -1,20 +1,10 @@
 package operands
 
 import (
-	"fmt"
-
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
-)
-
-// Health ports of the release daemons. The VFIO manager's runs in the
-// host network, beside a terminating VFIO manager on 8081 while a node
-// leaves vm-passthrough, so it takes its own port.
-const (
-	VFIOReleasePort = 8087
-	VGPUReleasePort = VGPUDeviceManagerPort
 )
 
 // PodResourcesSocket is the kubelet's PodResources socket in
@@ -53,8 +43,8 @@ func vfioManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, port in
 // publishes its report on its own Node (a token, the node name).
 func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	c := &ds.Spec.Template.Spec.Containers[0]
-	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.WriterDir(names.VFIOManager), fmt.Sprintf("--health-addr=%s:%d", LoopbackHost, VFIOReleasePort)}
-	vfioManager(ds, p, VFIOReleasePort)
+	c.Args = []string{"daemon", "--release", "--ready-dir=" + names.WriterDir(names.VFIOManager), "--health-addr=" + names.HealthAddr(LoopbackHost, names.VFIOReleasePort)}
+	vfioManager(ds, p, names.VFIOReleasePort)
 }
 
 // vgpuRelease shapes `vgpu-device-manager run --release`: every vGPU
@@ -63,10 +53,10 @@ func vfioRelease(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Optio
 func vgpuRelease(ds *appsv1.DaemonSet, _ *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
-	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", fmt.Sprintf("--health-addr=:%d", VGPUReleasePort)}
+	c.Args = []string{"run", "--release", "--node-name=$(NODE_NAME)", "--health-addr=" + names.HealthAddr("", names.VGPUDeviceManagerPort)}
 	vgpuHost(ds)
 	mount(ds, "pod-resources", PodResourcesDir, true)
-	probe(c, "/readyz", VGPUReleasePort)
+	probe(c, "/readyz", names.VGPUDeviceManagerPort)
 }
 
 // IsRelease reports whether operand is a release DaemonSet's, and of

@@ -1,7 +1,6 @@
 package operands
 
 import (
-	"fmt"
 	"path"
 	"regexp"
 	"strings"
@@ -26,10 +25,6 @@ const (
 	// VGPUConfigDir is where the ConfigMap is mounted; the manager watches
 	// the folder (the kubelet updates a ConfigMap mount by renaming).
 	VGPUConfigDir = "/etc/vgpu-config"
-	// VGPUDeviceManagerPort is the vGPU device manager's /healthz, /readyz
-	// (the selected config is applied) and /metrics port: the default of
-	// vgpu-device-manager run.
-	VGPUDeviceManagerPort = 8085
 	// PodResourcesDir is the kubelet's PodResources socket folder: vGPUs
 	// allocated to pods count as in use.
 	PodResourcesDir = "/var/lib/kubelet/pod-resources"
@@ -59,13 +54,13 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _
 		def = vgpuconfig.DefaultName
 	}
 	c.Args = []string{"run", "--config=" + path.Join(VGPUConfigDir, VGPUConfigKey), "--node-name=$(NODE_NAME)",
-		"--default=" + def, fmt.Sprintf("--health-addr=:%d", VGPUDeviceManagerPort)}
+		"--default=" + def, "--health-addr=" + names.HealthAddr("", names.VGPUDeviceManagerPort)}
 	vgpuHost(ds)
 	mount(ds, "pod-resources", PodResourcesDir, true)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: VGPUConfigDir, ReadOnly: true})
-	probe(c, "/readyz", VGPUDeviceManagerPort)
+	probe(c, "/readyz", names.VGPUDeviceManagerPort)
 }
 
 // vgpuHost shapes what the vGPU device manager and its release share of

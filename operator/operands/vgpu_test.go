@@ -66,8 +66,8 @@ func TestVGPUDeviceManagerDaemonSet(t *testing.T) {
 	assert.True(t, *spec.AutomountServiceAccountToken, "it labels its own Node")
 	assert.Equal(t, "sandbox-gpu-vgpu-device-manager", spec.ServiceAccountName, "its own account")
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the selected config is applied")
-	assert.Equal(t, int32(VGPUDeviceManagerPort), c.ReadinessProbe.HTTPGet.Port.IntVal)
-	assert.Equal(t, []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: VGPUDeviceManagerPort, Protocol: corev1.ProtocolTCP}}, c.Ports)
+	assert.Equal(t, int32(names.VGPUDeviceManagerPort), c.ReadinessProbe.HTTPGet.Port.IntVal)
+	assert.Equal(t, []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: names.VGPUDeviceManagerPort, Protocol: corev1.ProtocolTCP}}, c.Ports)
 
 	p.VGPUDeviceManager.Config = v1alpha1.VGPUConfig{Name: "my-vgpu-config", Default: "A10-4Q"}
 	p.VGPUDeviceManager.Args = []string{"--resync=1m"}
@@ -83,7 +83,7 @@ func TestVGPUDeviceManagerPortIsTheCommandDefault(t *testing.T) {
 	for _, cmd := range vgpucli.Program().Commands {
 		if cmd.Name == "run" {
 			found = true
-			assert.Equal(t, fmt.Sprintf(":%d", VGPUDeviceManagerPort), cmd.HealthAddr)
+			assert.Equal(t, fmt.Sprintf(":%d", names.VGPUDeviceManagerPort), cmd.HealthAddr)
 		}
 	}
 	assert.True(t, found, "vgpu-device-manager has a run command")

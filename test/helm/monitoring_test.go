@@ -59,10 +59,10 @@ func TestMonitoringObjects(t *testing.T) {
 	}
 	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
 	target, _, _ := unstructured.NestedString(ports[0].(map[string]interface{}), "targetPort")
-	if len(c.Ports) != 1 || c.Ports[0].Name != target || c.Ports[0].ContainerPort != 8081 {
-		t.Errorf("Service targets port %q; the operator exposes %v (want metrics on 8081, its --health-addr)", target, c.Ports)
+	if len(c.Ports) != 1 || c.Ports[0].Name != target || c.Ports[0].ContainerPort != names.OperatorPort {
+		t.Errorf("Service targets port %q; the operator exposes %v (want metrics on %d, its --health-addr)", target, c.Ports, names.OperatorPort)
 	}
-	if c.ReadinessProbe.HTTPGet.Port.IntValue() != 8081 || c.LivenessProbe.HTTPGet.Port.IntValue() != 8081 {
+	if c.ReadinessProbe.HTTPGet.Port.IntValue() != names.OperatorPort || c.LivenessProbe.HTTPGet.Port.IntValue() != names.OperatorPort {
 		t.Errorf("probes not on the operator's listener: %v %v", c.ReadinessProbe, c.LivenessProbe)
 	}
 

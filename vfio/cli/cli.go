@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
@@ -24,18 +25,24 @@ import (
 const notes = `Exit codes: 0 every selected function is in the target state; 1 bad usage or
 input; 2 at least one function was refused or failed (the rest was done).`
 
-// Program is vfio-manager.
-func Program() *shell.Program {
+// Program is vfio-manager on this machine's kernel.
+func Program() *shell.Program { return ProgramOn(nil) }
+
+// ProgramOn is vfio-manager changing the host through kernel k (sysfs
+// writes, links, module loads, group claims) instead of this machine's:
+// the simulated kernel of the demo and the tests, whose tree the root flags
+// name. A nil k is this machine's kernel.
+func ProgramOn(k hostroots.Kernel) *shell.Program {
 	return &shell.Program{
 		Name:    "vfio-manager",
 		Summary: "moves NVIDIA PCI functions between their host drivers and vfio-pci (or a vfio variant driver)",
 		Notes:   notes,
 		Commands: []*shell.Command{
-			onceCommand("status", "[--output table|json]", "shows every function of --vendor and the IOMMU state"),
-			onceCommand("plan", "(--all | --device BDF)... [--to vfio|host] | --vm-gpus SPLIT [--output table|json]", "shows what bind or unbind (or a split) would do; changes nothing"),
-			onceCommand("bind", "(--all | --device BDF)... | --vm-gpus SPLIT [--output table|json]", "moves the selected functions to vfio (with --vm-gpus: the split's VM GPUs, the others back to their host driver)"),
-			onceCommand("unbind", "(--all | --device BDF)... [--output table|json]", "returns the selected functions to their host drivers"),
-			daemonCommand(),
+			onceCommand(k, "status", "[--output table|json]", "shows every function of --vendor and the IOMMU state"),
+			onceCommand(k, "plan", "(--all | --device BDF)... [--to vfio|host] | --vm-gpus SPLIT [--output table|json]", "shows what bind or unbind (or a split) would do; changes nothing"),
+			onceCommand(k, "bind", "(--all | --device BDF)... | --vm-gpus SPLIT [--output table|json]", "moves the selected functions to vfio (with --vm-gpus: the split's VM GPUs, the others back to their host driver)"),
+			onceCommand(k, "unbind", "(--all | --device BDF)... [--output table|json]", "returns the selected functions to their host drivers"),
+			daemonCommand(k),
 		},
 	}
 }
@@ -45,8 +52,10 @@ func Program() *shell.Program {
 // lock's folder), so the two exclude each other.
 var defaultLockFile = names.RunPath(names.VFIOLockFile)
 
-// common are the flags every command takes (besides the shell's roots).
+// common are the flags every command takes (besides the shell's roots),
+// and the kernel the program was given.
 type common struct {
+	kernel      hostroots.Kernel
 	modules     string
 	modulesRoot string
 	vendor      string
@@ -109,7 +118,7 @@ const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // is no kubelet to ask (the default socket absent, or --pod-resources-socket="").
 func (c *common) allocations(env *shell.Env) (vfio.Allocations, func(), error) {
 	socket := c.kubelet.path
-	if socket == "" || env.Simulated() && !c.kubelet.set {
+	if socket == "" {
 		return nil, func() {}, nil
 	}
 	if _, err := os.Stat(socket); err != nil {
@@ -153,10 +162,10 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 	}
 }
 
-// onRunningKernel reports whether the host options are the running
-// kernel's own (never a tree under another root, never a simulated host).
+// onRunningKernel reports whether the root flags are the running kernel's
+// own: a tree under another root never is.
 func onRunningKernel(env *shell.Env) bool {
-	return !env.Simulated() && filepath.Clean(env.HostOptions().SysfsRoot) == host.DefaultSysfsRoot
+	return filepath.Clean(hostroots.Options(env.Roots).SysfsRoot) == host.DefaultSysfsRoot
 }
 
 // lockPath is the lock file to use: none for trees other than the running
@@ -171,15 +180,19 @@ func (c *common) lockPath(onHost bool) string {
 	return defaultLockFile
 }
 
-// host builds the host model. Modules load into the running kernel: only
-// when the roots are the running kernel's own, never against another tree.
+// host builds the host model on the program's kernel. Modules load into
+// the kernel it was given, or into the running kernel only when the roots
+// are its own, never against another tree; none with --no-modprobe.
 func (c *common) host(env *shell.Env, loadModules bool) *host.Host {
-	opts := env.HostOptions()
+	opts := hostroots.On(env.Roots, c.kernel)
 	opts.ModulesRoot = c.modulesRoot
 	if c.modules != "" {
 		opts.ModulesDir = c.modules
 	}
-	if loadModules && onRunningKernel(env) {
+	switch {
+	case !loadModules:
+		opts.ModuleKernel = nil
+	case c.kernel == nil && onRunningKernel(env):
 		opts.ModuleKernel = host.OSModuleKernel{}
 	}
 	return host.New(opts)

@@ -19,20 +19,29 @@ import (
 )
 
 // runCLI runs vfio-manager in process; "--simulate NAME" in args runs it
-// on that simulated host, as the demo does (shipped binaries have no such
-// flag).
+// on that simulated host, as the demo does: its kernel given to ProgramOn,
+// its tree named by the root flags (shipped binaries have no such flag).
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	o := shell.IO{Stdout: &out, Stderr: &errb}
+	p := Program()
 	if i := slices.Index(args, "--simulate"); i >= 0 {
 		k, _ := hostsim.NewHost(t, args[i+1])
-		opts := k.Options()
-		o.Host = &opts
-		args = slices.Delete(slices.Clone(args), i, i+2)
+		p = ProgramOn(k)
+		args = append(slices.Delete(slices.Clone(args), i, i+2), simFlags(k, args[0])...)
 	}
-	code = shell.Run(context.Background(), Program(), args, o)
+	code = shell.Run(context.Background(), p, args, shell.IO{Stdout: &out, Stderr: &errb})
 	return code, out.String(), errb.String()
+}
+
+// simFlags point command at the simulated host k: its roots, and no
+// kubelet (commands that change functions ask one).
+func simFlags(k *hostsim.Kernel, command string) []string {
+	flags := rootFlags(k.Options())
+	if command != "status" {
+		flags = append(flags, "--pod-resources-socket=")
+	}
+	return flags
 }
 
 // rootFlags are the flags that point vfio-manager at the roots of opts.

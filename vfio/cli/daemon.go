@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode/ownmeta"
@@ -19,13 +20,13 @@ import (
 // desired state (flags or --config), publishes readiness, and changes
 // nothing on shutdown. With --release it returns every function of the
 // vendor to its host driver instead (a node leaving vm-passthrough).
-func daemonCommand() *shell.Command {
-	var c common
+func daemonCommand(k hostroots.Kernel) *shell.Command {
+	c := common{kernel: k}
 	var config, readyDir, nodeName, kubeconfig string
 	var resync, retry, heartbeat time.Duration
 	var release, fromNode bool
 	return &shell.Command{Name: "daemon", Synopsis: "[--all | --device BDF]... [--config FILE] [--release] [--vm-gpus SPLIT | --vm-gpus-from-node] [--ready-dir DIR] [--health-addr ADDR]",
-		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: "127.0.0.1:8081", Daemon: true,
+		Summary: "holds a desired state on a node and reconciles towards it", Roots: true, Listen: true, HealthAddr: names.HealthAddr(names.LoopbackHost, names.VFIOManagerPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs, true)
 			fs.StringVar(&config, "config", "", "desired-state file (YAML or JSON: vendor, all, nvswitches, devices, host, release); watched for changes")

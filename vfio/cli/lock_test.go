@@ -43,29 +43,29 @@ func TestCLIWaitsForTheDaemon(t *testing.T) {
 		}
 		return 0
 	})
-	opts := k.Options()
 	lock := filepath.Join(t.TempDir(), "vfio.lock")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	daemonDone := make(chan int, 1)
 	go func() {
-		daemonDone <- shell.Run(ctx, Program(), []string{"daemon", "--all", "--lock-file", lock, "--ready-dir", t.TempDir(), "--health-addr="},
-			shell.IO{Host: &opts})
+		daemonDone <- shell.Run(ctx, ProgramOn(k), append([]string{"daemon", "--all", "--lock-file", lock, "--ready-dir", t.TempDir(), "--health-addr="},
+			simFlags(k, "daemon")...), shell.IO{})
 	}()
 	testutil.Eventually(t, 10*time.Second, "the daemon starts unbinding the GPU", func() bool { return len(k.Writes()) > 0 })
 
 	short, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer stop()
 	var out, errb bytes.Buffer
-	code := shell.Run(short, Program(), []string{"unbind", "--all", "--lock-file", lock}, shell.IO{Stdout: &out, Stderr: &errb, Host: &opts})
+	unbind := append([]string{"unbind", "--all", "--lock-file", lock}, simFlags(k, "unbind")...)
+	code := shell.Run(short, ProgramOn(k), unbind, shell.IO{Stdout: &out, Stderr: &errb})
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "held by another process")
 	assert.Contains(t, errb.String(), lock)
 
 	close(release)
 	testutil.Eventually(t, 10*time.Second, "the daemon bound the GPU", func() bool { return k.DriverOf("0000:3b:00.0") == "vfio-pci" })
-	code = shell.Run(context.Background(), Program(), []string{"unbind", "--all", "--lock-file", lock}, shell.IO{Stdout: &out, Stderr: &errb, Host: &opts})
+	code = shell.Run(context.Background(), ProgramOn(k), unbind, shell.IO{Stdout: &out, Stderr: &errb})
 	assert.Equal(t, 0, code, errb.String())
 	assert.Equal(t, "nvidia", k.DriverOf("0000:3b:00.0"))
 	cancel()

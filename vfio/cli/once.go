@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostlock"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 )
 
 // onceCommand is status, plan, bind or unbind: one scan, one report.
-func onceCommand(name, synopsis, summary string) *shell.Command {
-	var c common
+func onceCommand(k hostroots.Kernel, name, synopsis, summary string) *shell.Command {
+	c := common{kernel: k}
 	var to string
 	var sequential bool
 	return &shell.Command{Name: name, Synopsis: synopsis, Summary: summary, Roots: true,
@@ -75,7 +77,7 @@ func runOnce(ctx context.Context, env *shell.Env, cmd string, c *common, to stri
 		}
 	}
 	if lock := c.lockPath(onRunningKernel(env)); lock != "" && cmd != "plan" {
-		release, err := vfio.AcquireLock(ctx, lock)
+		release, err := hostlock.Acquire(ctx, lock)
 		if err != nil {
 			return err
 		}

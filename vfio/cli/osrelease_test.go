@@ -22,11 +22,10 @@ import (
 // warning; with osrelease present the variant driver is found.
 func TestMissingOSReleaseDegradesToVFIOPCI(t *testing.T) {
 	k, _ := hostsim.NewHost(t, "gh200")
-	opts := k.Options()
+	flags := simFlags(k, "status")
 	run := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		o := opts
-		code := shell.Run(context.Background(), Program(), args, shell.IO{Stdout: &out, Stderr: &errb, Host: &o})
+		code := shell.Run(context.Background(), ProgramOn(k), append(args, flags...), shell.IO{Stdout: &out, Stderr: &errb})
 		return code, out.String(), errb.String()
 	}
 	type status struct {
@@ -41,7 +40,7 @@ func TestMissingOSReleaseDegradesToVFIOPCI(t *testing.T) {
 	assert.Empty(t, st.Warnings)
 
 	require.NoError(t, os.Remove(filepath.Join(k.Root(), "proc", "sys", "kernel", "osrelease")))
-	opts.ModulesDir = "" // found through the kernel release
+	flags = flags[:len(flags)-2] // no --modules-dir: found through the kernel release
 	code, out, stderr = run("status", "--output", "json")
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
@@ -51,7 +50,7 @@ func TestMissingOSReleaseDegradesToVFIOPCI(t *testing.T) {
 	assert.Contains(t, stderr, `"level":"WARN"`)
 	assert.Contains(t, stderr, "using vfio-pci")
 
-	code, out, stderr = run("plan", "--all", "--output", "json")
+	code, out, stderr = run("plan", "--all", "--output", "json", "--pod-resources-socket=")
 	require.Equal(t, 0, code, stderr)
 	var plan change
 	require.NoError(t, json.Unmarshal([]byte(out), &plan))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/ownnode"
@@ -34,20 +35,27 @@ was refused (a vGPU in use) or failed, the other GPUs done.`
 // DefaultPodResourcesSocket is the kubelet's PodResources socket.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-// Program is vgpu-device-manager.
-func Program() *shell.Program {
+// Program is vgpu-device-manager on this machine's kernel.
+func Program() *shell.Program { return ProgramOn(nil) }
+
+// ProgramOn is vgpu-device-manager changing the host through kernel k
+// instead of this machine's: the simulated kernel of the demo and the
+// tests, whose tree the root flags name. A nil k is this machine's kernel.
+func ProgramOn(k hostroots.Kernel) *shell.Program {
 	return &shell.Program{Name: "vgpu-device-manager",
 		Summary: "creates and removes NVIDIA vGPUs (mdev and SR-IOV vendor-specific VFIO) as a config says, never one in use",
 		Notes:   notes,
 		Commands: []*shell.Command{
-			onceCommand("plan", "shows what apply would do; changes nothing"),
-			onceCommand("apply", "creates and removes vGPUs until every GPU holds its config's vGPUs"),
-			runCommand(),
+			onceCommand(k, "plan", "shows what apply would do; changes nothing"),
+			onceCommand(k, "apply", "creates and removes vGPUs until every GPU holds its config's vGPUs"),
+			runCommand(k),
 		}}
 }
 
-// common are the flags of every command.
+// common are the flags of every command, and the kernel the program was
+// given.
 type common struct {
+	kernel                   hostroots.Kernel
 	config, nodeName, runDir string
 	podResources             socketFlag
 }
@@ -101,7 +109,7 @@ type node struct {
 // here (a host-side run): only open device nodes count then. A socket given
 // explicitly must exist. close releases the kubelet connection.
 func (c *common) open(env *shell.Env) (*node, error) {
-	n := &node{host: host.New(env.HostOptions()), close: func() {}}
+	n := &node{host: host.New(hostroots.On(env.Roots, c.kernel)), close: func() {}}
 	socket := c.podResources.path
 	if socket == "" {
 		return n, nil
@@ -120,8 +128,8 @@ func (c *common) open(env *shell.Env) (*node, error) {
 	return n, nil
 }
 
-func onceCommand(name, summary string) *shell.Command {
-	var c common
+func onceCommand(k hostroots.Kernel, name, summary string) *shell.Command {
+	c := common{kernel: k}
 	var selected, output string
 	var sequential bool
 	return &shell.Command{Name: name, Synopsis: "[--config FILE] --selected NAME [--output table|json]", Summary: summary, Roots: true,
@@ -157,7 +165,7 @@ func onceCommand(name, summary string) *shell.Command {
 			report := vgpu.PlanReport(plan)
 			var res *vgpu.Result
 			if name == "apply" {
-				res = vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{Sequential: sequential, PauseFile: pauseFile(env, c.runDir)})
+				res = vgpu.Apply(ctx, h, plan, vgpu.ApplyOptions{Sequential: sequential, PauseFile: pauseFile(c.runDir)})
 				report = vgpu.ResultReport(res)
 			}
 			if err := env.Report(output, report, func(w io.Writer) error { return vgpu.WriteTable(w, report) }, len(report.Refused)); err != nil {
@@ -170,24 +178,23 @@ func onceCommand(name, summary string) *shell.Command {
 		}}
 }
 
-// pauseFile is where apply keeps the pause file: only on the running
-// host's own roots (a host-side apply on a node pauses the plugin too),
-// never for another tree.
-func pauseFile(env *shell.Env, runDir string) string {
-	if runDir == "" || env.Simulated() {
+// pauseFile is where apply keeps the pause file: in --run-dir (a
+// host-side apply on a node pauses the plugin too); none with --run-dir="".
+func pauseFile(runDir string) string {
+	if runDir == "" {
 		return ""
 	}
 	return runDir + "/" + names.VGPUPauseFile
 }
 
-func runCommand() *shell.Command {
-	var c common
+func runCommand(k hostroots.Kernel) *shell.Command {
+	c := common{kernel: k}
 	var kubeconfig, def string
 	var resync, retry time.Duration
 	var release bool
 	return &shell.Command{Name: "run", Synopsis: "(--config FILE | --release) --node-name NODE [--default NAME] [--kubeconfig FILE]",
 		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
-		Roots:   true, Listen: true, HealthAddr: ":8085", Daemon: true,
+		Roots:   true, Listen: true, HealthAddr: names.HealthAddr("", names.VGPUDeviceManagerPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
 			c.register(fs)
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)

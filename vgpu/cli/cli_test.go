@@ -38,8 +38,8 @@ func (s *sim) run(t *testing.T, args ...string) (int, string, string) {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--pod-resources-socket") }) {
 		args = append(args, "--pod-resources-socket=")
 	}
-	args = append(args, "--run-dir", t.TempDir())
-	code := shell.Run(context.Background(), Program(), args, shell.IO{Stdout: &out, Stderr: &errb, Host: &s.opts})
+	args = append(args, "--run-dir", t.TempDir(), "--sysfs-root", s.opts.SysfsRoot, "--dev-root", s.opts.DevRoot, "--proc-root", s.opts.ProcRoot)
+	code := shell.Run(context.Background(), ProgramOn(s.k), args, shell.IO{Stdout: &out, Stderr: &errb})
 	return code, out.String(), errb.String()
 }
 

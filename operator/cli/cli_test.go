@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 func TestHelpListsTheImageFlags(t *testing.T) {
 	var out bytes.Buffer
-	if code := shell.Run(context.Background(), program(), []string{"--help"}, shell.IO{Stdout: &out}); code != 0 {
+	if code := shell.Run(context.Background(), Program(), []string{"--help"}, shell.IO{Stdout: &out}); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
 	for _, f := range []string{"-registry", "-operand-version", "-image-pull-secret", "-image-pull-policy"} {
@@ -28,7 +28,7 @@ func TestBadFlagValues(t *testing.T) {
 		{"--operand-host-root=/var/lib/sandbox-gpu-test/host"}, // the test-only flag is gone: unknown
 	} {
 		var stderr bytes.Buffer
-		code := shell.Run(context.Background(), program(), args, shell.IO{Stderr: &stderr})
+		code := shell.Run(context.Background(), Program(), args, shell.IO{Stderr: &stderr})
 		if code != 1 {
 			t.Errorf("%v: exit %d, want 1", args, code)
 		}
@@ -42,7 +42,7 @@ func TestBadFlagValues(t *testing.T) {
 // The uninstall hook is a subcommand with its timeout.
 func TestUninstallCommandHelp(t *testing.T) {
 	var out bytes.Buffer
-	if code := shell.Run(context.Background(), program(), []string{"uninstall", "--help"}, shell.IO{Stdout: &out}); code != 0 {
+	if code := shell.Run(context.Background(), Program(), []string{"uninstall", "--help"}, shell.IO{Stdout: &out}); code != 0 {
 		t.Fatalf("uninstall --help exit %d", code)
 	}
 	for _, f := range []string{"-timeout", "-kubeconfig", "never one in use"} {

@@ -1,4 +1,7 @@
-package kata
+// Package cli is the kata-device-plugin command line on the shared
+// entry-point shell: flags to options, then package kata's scanner and CDI
+// writer served by internal/plugincmd.
+package cli
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
+	"github.com/sandbox-gpu/sandbox-gpu/kata"
 )
 
 // Program is kata-device-plugin.
@@ -22,13 +26,13 @@ func Program() *shell.Program {
 	var perModel bool
 	flags := func(fs *flag.FlagSet) {
 		fs.StringVar(&cdiDir, "cdi-dir", "/var/run/cdi", "folder for the CDI specs")
-		fs.StringVar(&resource, "resource-name", DefaultResource, "resource (and CDI kind) of passthrough GPUs")
-		fs.StringVar(&nvswitchResource, "nvswitch-resource-name", DefaultNVSwitchResource, "resource (and CDI kind) of NVSwitches")
+		fs.StringVar(&resource, "resource-name", kata.DefaultResource, "resource (and CDI kind) of passthrough GPUs")
+		fs.StringVar(&nvswitchResource, "nvswitch-resource-name", kata.DefaultNVSwitchResource, "resource (and CDI kind) of NVSwitches")
 		fs.BoolVar(&perModel, "per-model-names", false, "name GPU resources per model (nvidia.com/GA102GL_A10) instead of --resource-name")
 		fs.StringVar(&namesConfig, "names-config", "", "with --per-model-names: YAML/JSON file mapping \"10de:2236\" to a name")
 	}
 	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
-		s := &Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource, NodeDev: c.NodeDev,
+		s := &kata.Scanner{Host: h, Resource: resource, NVSwitchResource: nvswitchResource, NodeDev: c.NodeDev,
 			ContainerGPUs: func() map[host.Address]bool { return splitContainers(c.ReadyFile) }}
 		if perModel {
 			var err error
@@ -36,7 +40,7 @@ func Program() *shell.Program {
 				return err
 			}
 		}
-		cdi := &CDIWriter{Dir: cdiDir, Kinds: map[string]bool{s.Resource: true, s.NVSwitchResource: true}}
+		cdi := &kata.CDIWriter{Dir: cdiDir, Kinds: map[string]bool{s.Resource: true, s.NVSwitchResource: true}}
 		if perModel {
 			cdi.Kinds = nil // per-model kinds follow the GPUs found: only nvidia.com/ model names
 		}
@@ -64,7 +68,7 @@ func Program() *shell.Program {
 }
 
 // reportPreflight logs preflight problems when they change.
-func reportPreflight(log logr.Logger, pf Preflight, last string) string {
+func reportPreflight(log logr.Logger, pf kata.Preflight, last string) string {
 	problems := strings.Join(pf.Problems(), "; ")
 	if problems != last && problems != "" {
 		log.Info("Preflight found problems", "problems", pf.Problems())

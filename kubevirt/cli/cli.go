@@ -1,4 +1,7 @@
-package kubevirt
+// Package cli is the kubevirt-device-plugin command line on the shared
+// entry-point shell: flags to options, then package kubevirt's scanner
+// served by internal/plugincmd.
+package cli
 
 import (
 	"context"
@@ -11,13 +14,14 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/plugincmd"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
+	"github.com/sandbox-gpu/sandbox-gpu/kubevirt"
 )
 
 // Program is kubevirt-device-plugin.
 func Program() *shell.Program {
 	var c plugincmd.Common
 	var namesConfig, permittedFile string
-	var state VGPUState
+	var state kubevirt.VGPUState
 	var printPermitted bool
 	flags := func(fs *flag.FlagSet) {
 		fs.StringVar(&namesConfig, "names-config", "", "YAML/JSON file mapping \"10de:2236\" to a resource name, over the built-in table")
@@ -27,11 +31,11 @@ func Program() *shell.Program {
 		fs.StringVar(&state.ReadyFile, "vgpu-ready-file", names.RunPath(names.VGPUReadyFile), "the vGPU device manager's report, which names the vGPU types of full cards (empty: none)")
 	}
 	run := func(ctx context.Context, env *shell.Env, h *host.Host) error {
-		namer, err := NewNamer(c.PCIIDs, namesConfig)
+		namer, err := kubevirt.NewNamer(c.PCIIDs, namesConfig)
 		if err != nil {
 			return err
 		}
-		s := &Scanner{Host: h, Namer: namer, VGPU: state, NodeDev: c.NodeDev}
+		s := &kubevirt.Scanner{Host: h, Namer: namer, VGPU: state, NodeDev: c.NodeDev}
 		if printPermitted {
 			if _, err := s.Scan(ctx); err != nil {
 				return err
@@ -39,7 +43,7 @@ func Program() *shell.Program {
 			return jsonout.Write(env.Stdout, s.Permitted())
 		}
 		return c.Serve(ctx, env, h, plugincmd.Plugin{
-			Name: "sandbox-gpu-kubevirt", Scanner: s, Watch: state.folders(),
+			Name: "sandbox-gpu-kubevirt", Scanner: s, Watch: state.Folders(),
 			OnScan: func(res []deviceplugin.Resource) error {
 				if permittedFile == "" {
 					return nil

@@ -1,4 +1,4 @@
-package kubevirt
+package cli
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func TestBadPCIIDsAndNamesConfigFailClosed(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
 		return p
 	}
-	good := write("good.ids", oldPCIIDs)
+	good := write("good.ids", "10de  NVIDIA Corporation\n\t2230  GA102GL [RTX A6000]\n")
 	cases := []struct {
 		args []string
 		want []string
