@@ -24,8 +24,8 @@ const hostPackage = modulePath + "/host"
 
 // isHostWiring says whether a file (slash path from the module root) is
 // program wiring, which builds the host model and hands it to consumers:
-// the mains (cmd/), a cli package of a part (vfio/cli, nri/cli, ...), a
-// part's program.go, the device plugins' common command
+// the mains (cmd/), a cli package of a part (vfio/cli, nri/cli, ...), the
+// device plugins' common command
 // (internal/plugincmd) and the demo's program (demo/).
 func isHostWiring(rel string) bool {
 	dir := path.Dir(rel)
@@ -36,8 +36,6 @@ func isHostWiring(rel string) bool {
 	case dir == "internal/plugincmd":
 		return true
 	case slices.Contains(segments, "cli"):
-		return true
-	case path.Base(rel) == "program.go":
 		return true
 	}
 	return false
@@ -123,14 +121,14 @@ func TestHostTypeRule(t *testing.T) {
 	}
 }
 
-// The wiring is the mains, cli packages, program.go files, plugincmd and
+// The wiring is the mains, cli packages, plugincmd and
 // the demo; a consumer in the same part is not.
 func TestHostWiring(t *testing.T) {
 	for rel, want := range map[string]bool{
 		"cmd/sandbox-gpu-validator/main.go": true,
 		"vfio/cli/cli.go":                   true,
 		"nri/cli/run.go":                    true,
-		"kata/program.go":                   true,
+		"kata/program.go":                   false, // programs live in cli packages now
 		"internal/plugincmd/plugincmd.go":   true,
 		"demo/simulate.go":                  true,
 		"vfio/plan.go":                      false,
@@ -164,7 +162,7 @@ func TestCheckHostViewsTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files, want := findingFiles(got), []string{"kubevirt/scanner.go", "vfio/plan.go"}; !slices.Equal(files, want) {
+	if files, want := findingFiles(got), []string{"kata/program.go", "kubevirt/scanner.go", "vfio/plan.go"}; !slices.Equal(files, want) {
 		t.Errorf("files with findings %v, want %v", files, want)
 	}
 }

@@ -79,6 +79,13 @@ const (
 	RequestAnnotation = Domain + "/gpu-request"
 )
 
+// The kubelet's PodResources API: its folder and socket on a node (the
+// default of every --pod-resources-socket flag, the folder operands mount).
+const (
+	PodResourcesDir    = "/var/lib/kubelet/pod-resources"
+	PodResourcesSocket = PodResourcesDir + "/kubelet.sock"
+)
+
 // Labels of the operand DaemonSets and their pods.
 const (
 	OperandLabel = "app.kubernetes.io/name"

@@ -65,7 +65,7 @@ func defaults() *options {
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket")
-	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
+	fs.StringVar(&o.podResources, "pod-resources-socket", names.PodResourcesSocket, "the kubelet's PodResources socket")
 	fs.DurationVar(&o.podResourcesTimeout, "pod-resources-timeout", time.Second, "bound on each kubelet call (keep it well inside the runtime's 2 s per request)")
 	fs.StringVar(&o.checkpoint, "kubelet-checkpoint", nri.DefaultCheckpoint, "the kubelet device manager's checkpoint, for init containers the PodResources API does not list (empty: none)")
 	fs.Var(&o.cdiDirs, "cdi-dir", "CDI spec folder (repeatable; default /etc/cdi and /var/run/cdi)")

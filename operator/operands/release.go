@@ -9,7 +9,7 @@ import (
 
 // PodResourcesSocket is the kubelet's PodResources socket in
 // PodResourcesDir.
-const PodResourcesSocket = PodResourcesDir + "/kubelet.sock"
+const PodResourcesSocket = names.PodResourcesSocket
 
 // vfioManager shapes what the VFIO manager and its release share: the
 // vendor, the host's open files (host PID namespace) and network

@@ -27,7 +27,7 @@ const (
 	VGPUConfigDir = "/etc/vgpu-config"
 	// PodResourcesDir is the kubelet's PodResources socket folder: vGPUs
 	// allocated to pods count as in use.
-	PodResourcesDir = "/var/lib/kubelet/pod-resources"
+	PodResourcesDir = names.PodResourcesDir
 )
 
 // VGPUConfigMap is the ConfigMap the policy's vGPU device manager reads.

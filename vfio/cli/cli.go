@@ -111,8 +111,6 @@ type socketFlag struct {
 func (f *socketFlag) String() string     { return f.path }
 func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
 
-// DefaultPodResourcesSocket is the kubelet's PodResources socket.
-const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 // allocations asks the kubelet which functions pods hold; nil when there
 // is no kubelet to ask (the default socket absent, or --pod-resources-socket="").
@@ -157,7 +155,7 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 		fs.Var(&c.devices, "device", "select a PCI function by address (repeatable)")
 		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module (none is loaded either under roots other than the running kernel's)")
 		fs.StringVar(&c.lockFile, "lock-file", "auto", "host-wide lock held while changing drivers (auto: "+defaultLockFile+" when --sysfs-root is /sys; empty: none)")
-		c.kubelet.path = DefaultPodResourcesSocket
+		c.kubelet.path = names.PodResourcesSocket
 		fs.Var(&c.kubelet, "pod-resources-socket", "the kubelet's PodResources socket: functions allocated to pods count as in use (empty: ask no kubelet)")
 	}
 }

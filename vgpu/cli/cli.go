@@ -32,8 +32,6 @@ Exit codes: 0 every GPU holds its config's vGPUs; 1 bad usage or a config error
 (the message names the file, the config, the key and the GPU); 2 a GPU's change
 was refused (a vGPU in use) or failed, the other GPUs done.`
 
-// DefaultPodResourcesSocket is the kubelet's PodResources socket.
-const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 // Program is vgpu-device-manager on this machine's kernel.
 func Program() *shell.Program { return ProgramOn(nil) }
@@ -73,7 +71,7 @@ func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "vGPU config file (default: the built-in default config)")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (seeds the stable vGPU UUIDs; default $NODE_NAME, else the host name)")
-	c.podResources.path = DefaultPodResourcesSocket
+	c.podResources.path = names.PodResourcesSocket
 	fs.Var(&c.podResources, "pod-resources-socket",
 		"the kubelet's PodResources socket: vGPUs allocated to pods count as in use (empty: ask no kubelet)")
 	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
