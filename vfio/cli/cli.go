@@ -111,7 +111,6 @@ type socketFlag struct {
 func (f *socketFlag) String() string     { return f.path }
 func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
 
-
 // allocations asks the kubelet which functions pods hold; nil when there
 // is no kubelet to ask (the default socket absent, or --pod-resources-socket="").
 func (c *common) allocations(env *shell.Env) (vfio.Allocations, func(), error) {

@@ -32,7 +32,6 @@ Exit codes: 0 every GPU holds its config's vGPUs; 1 bad usage or a config error
 (the message names the file, the config, the key and the GPU); 2 a GPU's change
 was refused (a vGPU in use) or failed, the other GPUs done.`
 
-
 // Program is vgpu-device-manager on this machine's kernel.
 func Program() *shell.Program { return ProgramOn(nil) }
 
