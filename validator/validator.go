@@ -254,7 +254,7 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("KubeVirt device plugin: %v", err)}
 	}
-	compact, err := json.Marshal(p)
+	compact, err := wire.EncodePermitted(p)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -263,10 +263,10 @@ func (v *Validator) publish(ctx context.Context, node *corev1.Node) []string {
 			problems = append(problems, fmt.Sprintf("node %s: resource %s is not allocatable yet", v.o.NodeName, res))
 		}
 	}
-	if node.Annotations[names.PermittedAnnotation] == string(compact) {
+	if node.Annotations[names.PermittedAnnotation] == compact {
 		return problems
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: string(compact)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.PermittedAnnotation: compact}}})
 	sent, err := v.watch.Patch(ctx, node, patch)
 	ownnode.CountPatch(v.metrics.patches, sent, err)
 	if err != nil {

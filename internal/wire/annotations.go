@@ -73,6 +73,34 @@ func ParseSplitReport(s string) (SplitReport, error) {
 	return parseAnnotation[SplitReport]("split report", s)
 }
 
+// The permitted host devices (names.PermittedAnnotation): the validator
+// publishes, compact, what the KubeVirt plugin's permitted file holds
+// (ReadPermitted) for the operator to merge into the KubeVirt CR. The
+// payload is KubeVirt's own PermittedHostDevices, the type parameter, so
+// that both ends share KubeVirt's one declaration and wire links no
+// Kubernetes API.
+
+// EncodePermitted is the annotation's value of p: compact JSON.
+func EncodePermitted[T any](p T) (string, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("permitted host devices: %w", err)
+	}
+	return string(b), nil
+}
+
+// ParsePermitted reads the annotation's value. The error names the payload
+// but not the value, which may be large (up to the 32 KiB admission lets
+// through) and lands in the operator's logs and events.
+func ParsePermitted[T any](s string) (T, error) {
+	var p T
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		var zero T
+		return zero, fmt.Errorf("permitted host devices (%d bytes): %w", len(s), err)
+	}
+	return p, nil
+}
+
 // parseAnnotation reads an annotation's JSON value; the error names what
 // it is and the value.
 func parseAnnotation[T any](what, s string) (T, error) {

@@ -69,6 +69,30 @@ func TestParseErrorsNameTheReport(t *testing.T) {
 	assert.Contains(t, err.Error(), `split report "[\"0000:9a:00.0\"]"`)
 }
 
+// TestPermittedAnnotationFormat: the value is the compact JSON of KubeVirt's
+// type (a stand-in here: wire never links it), the file's content without
+// its indentation, and reads back the same; a value that is no such object
+// is an error naming the payload and its size, never quoting it.
+func TestPermittedAnnotationFormat(t *testing.T) {
+	var p permitted
+	p.PCI = append(p.PCI, struct {
+		Selector string `json:"pciVendorSelector"`
+		Resource string `json:"resourceName"`
+	}{"10DE:2236", "nvidia.com/GA102GL_A10"})
+	got, err := EncodePermitted(p)
+	require.NoError(t, err)
+	assert.Equal(t, `{"pciHostDevices":[{"pciVendorSelector":"10DE:2236","resourceName":"nvidia.com/GA102GL_A10"}]}`, got)
+	back, err := ParsePermitted[permitted](got)
+	require.NoError(t, err)
+	assert.Equal(t, p, back)
+	_, err = ParsePermitted[permitted](`{"pciHostDevices":"10DE:2236"}`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "permitted host devices (30 bytes)")
+	assert.NotContains(t, err.Error(), "10DE:2236", "the value stays out of the error")
+	_, err = EncodePermitted(func() {})
+	assert.ErrorContains(t, err, "permitted host devices")
+}
+
 // FuzzParseReleaseReport: any value parses or is an error, never a panic;
 // what parses encodes to a value that parses back the same.
 func FuzzParseReleaseReport(f *testing.F) {

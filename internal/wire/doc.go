@@ -16,6 +16,7 @@
 //
 //	release-report.<operand>  ReleaseReport  a release daemon -> operator
 //	vm-gpus-report            SplitReport    vfio-manager daemon (mixed node) -> operator
+//	kubevirt-permitted-host-devices  Encode/ParsePermitted  validator -> operator
 //
 // Every run-file reader goes through internal/atomicfile (a regular file only, at
 // most atomicfile.MaxSize bytes, never through a link, never blocking on a

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/internal/gpuname"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 	"github.com/sandbox-gpu/sandbox-gpu/operator/workload"
 )
@@ -219,8 +220,8 @@ func published(n *corev1.Node) (map[string][]kubevirtv1.PciHostDevice, map[strin
 	if !ok {
 		return nil, nil, nil
 	}
-	var p kubevirtv1.PermittedHostDevices
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+	p, err := wire.ParsePermitted[kubevirtv1.PermittedHostDevices](raw)
+	if err != nil {
 		return nil, nil, fmt.Errorf("node %s: annotation %s: %w", n.Name, names.PermittedAnnotation, err)
 	}
 	pci := map[string][]kubevirtv1.PciHostDevice{}
