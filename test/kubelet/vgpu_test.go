@@ -210,7 +210,13 @@ func newVGPUNode(t *testing.T, c vgpuCase) (*vgpuNode, map[string]int) {
 		t.Fatalf("the vGPU device manager's built-in config: %v", err)
 	}
 	ctx := context.Background()
-	plan, err := vgpu.PlanConfig(ctx, n.h, cfg, c.config, vgpu.Options{NodeName: "kubelet-suite"})
+	// The manager's memory of type names, as its run loop keeps it: the driver lists a type only
+	// while it can be created, so a full card's ids are named by what the manager learned before.
+	types, err := vgpu.LoadTypeMemory(filepath.Join(dir, names.VGPUTypesFile), nil)
+	if err != nil {
+		t.Fatalf("vGPU type memory: %v", err)
+	}
+	plan, err := vgpu.PlanConfig(ctx, n.h, cfg, c.config, vgpu.Options{NodeName: "kubelet-suite", TypeNames: types})
 	if err != nil {
 		t.Fatalf("fixture %s: plan config %s: %v", c.fixture, c.config, err)
 	}
