@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -49,9 +50,13 @@ type Scanner struct {
 	// NodeDev is the node's /dev as the container runtime sees it
 	// (deviceplugin.DefaultNodeDev when empty).
 	NodeDev string
+	// Log says which vGPU is left unadvertised because nobody names its
+	// type (once per VF and type id).
+	Log logr.Logger
 
 	mu        sync.Mutex
 	permitted v1.PermittedHostDevices
+	unnamed   map[string]bool // "VF id" logged as unnamed
 }
 
 type building struct {
@@ -112,7 +117,11 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 			current := vg.Current
 			typeName := typeNames[current]
 			if typeName == "" {
-				typeName = fmt.Sprintf("NVIDIA vGPU type %d", current)
+				// No list names the id and the manager's report does not
+				// either: a resource named after the id would be a guess
+				// no VM asks for, so the vGPU is not advertised.
+				s.logUnnamed(addr, current)
+				continue
 			}
 			dev.Check = func() error {
 				v, ok, err := s.Host.VGPU(addr)
@@ -145,6 +154,21 @@ func (s *Scanner) Scan(context.Context) ([]deviceplugin.Resource, error) {
 		b.mediated = &v1.MediatedHostDevice{MDEVNameSelector: m.TypeName, ResourceName: b.res.Name, ExternalResourceProvider: true}
 	}
 	return s.finish(out), nil
+}
+
+// logUnnamed logs, once per VF and type id, a vGPU left unadvertised.
+func (s *Scanner) logUnnamed(vf host.Address, id int) {
+	key := fmt.Sprintf("%s %d", vf, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unnamed[key] {
+		return
+	}
+	if s.unnamed == nil {
+		s.unnamed = map[string]bool{}
+	}
+	s.unnamed[key] = true
+	s.Log.Info("vGPU not advertised: nobody names its type id (not in any creatable_vgpu_types, nor in the vGPU device manager's report)", "vf", vf, "typeId", id)
 }
 
 func (s *Scanner) finish(out map[string]*building) []deviceplugin.Resource {

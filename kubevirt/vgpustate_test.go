@@ -10,13 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/atomicfile"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	"github.com/sandbox-gpu/sandbox-gpu/vfio"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
@@ -71,10 +75,13 @@ func TestFullCardTypesNamedFromTheManagersReport(t *testing.T) {
 	namer, err := NewNamer("", "")
 	require.NoError(t, err)
 
-	s := &Scanner{Host: h, Namer: namer}
-	for name := range resourcesOf(t, s) {
-		assert.NotEqual(t, "nvidia.com/NVIDIA_L40S-24Q", name, "without the report the full cards' type cannot be named from sysfs")
-	}
+	var logged []string
+	s := &Scanner{Host: h, Namer: namer, Log: funcr.New(func(p, a string) { logged = append(logged, a) }, funcr.Options{})}
+	assert.Empty(t, resourcesOf(t, s), "without the report the full cards' type cannot be named: nothing is advertised, never a resource named after the id")
+	assert.Len(t, logged, 4, "one line per VF left out")
+	assert.Contains(t, logged[0], `"typeId"=1155`)
+	resourcesOf(t, s)
+	assert.Len(t, logged, 4, "logged once, not every scan")
 
 	ready := filepath.Join(t.TempDir(), names.VGPUReadyFile)
 	b, err := json.Marshal(map[string]any{"gpus": []map[string]any{{"typeIds": map[string]string{"1155": "L40S-24Q"}}}})
@@ -85,6 +92,36 @@ func TestFullCardTypesNamedFromTheManagersReport(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(ready, []byte("{garbage"), 0o644))
 	assert.Empty(t, VGPUState{ReadyFile: ready}.TypeNames(), "an unreadable report names nothing")
+}
+
+// TestH100NamedFromTheManagersOwnReport: the vGPU manager applies the
+// default config on an H100 (H100-40C: 2 fills the card; no table holds
+// its ids) and writes its ready report as Run does; the plugin advertises
+// nvidia.com/NVIDIA_H100-40C from it, never a resource named after the id;
+// a vGPU of an id the report does not name is left out.
+func TestH100NamedFromTheManagersOwnReport(t *testing.T) {
+	k, err := hostsim.H100VGPU().Build(t.TempDir())
+	require.NoError(t, err)
+	h := host.New(k.Options())
+	cfg, err := vgpuconfig.Default()
+	require.NoError(t, err)
+	run := t.TempDir()
+	mem, err := vgpu.LoadTypeMemory(filepath.Join(run, names.VGPUTypesFile), nil)
+	require.NoError(t, err)
+	plan, err := vgpu.PlanConfig(context.Background(), h, cfg, vgpuconfig.DefaultName, vgpu.Options{NodeName: "n", TypeNames: mem})
+	require.NoError(t, err)
+	res := vgpu.Apply(context.Background(), h, plan, vgpu.ApplyOptions{})
+	require.True(t, res.OK(), "%v", res.Refused)
+	ready := filepath.Join(run, names.VGPUReadyFile)
+	require.NoError(t, wire.WriteVGPUReady(ready, wire.VGPUReady{Config: vgpuconfig.DefaultName, State: wire.VGPUStateSuccess, GPUs: vgpu.ReadyGPUs([]*vgpu.GPU{res.GPUs[0].GPU})}))
+	namer, err := NewNamer("", "")
+	require.NoError(t, err)
+
+	s := &Scanner{Host: h, Namer: namer, VGPU: VGPUState{ReadyFile: ready}, Log: logr.Discard()}
+	assert.Equal(t, map[string]int{"nvidia.com/NVIDIA_H100-40C": 2}, resourcesOf(t, s))
+
+	require.NoError(t, k.SetVGPU("0000:5d:00.6", 700, map[int]string{}))
+	assert.Equal(t, map[string]int{"nvidia.com/NVIDIA_H100-40C": 2}, resourcesOf(t, s), "type id 700, named by nobody, is no resource")
 }
 
 // TestVGPUStateNeverFollowsOrBlocks: anything at the pause path pauses

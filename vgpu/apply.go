@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -130,6 +131,9 @@ func applyGPU(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) (done []
 	steps := gp.Steps
 	for i := 0; i < len(steps); i++ {
 		s := steps[i]
+		if s.Op == OpCreate && s.onVF() {
+			learnVF(h, plan.opts.TypeNames, gp.GPU.Address, host.Address(s.ID))
+		}
 		if err := applyStep(ctx, h, plan.opts.Allocated, s); err != nil {
 			return done, reason(err)
 		}
@@ -143,6 +147,23 @@ func applyGPU(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) (done []
 		}
 	}
 	return done, ""
+}
+
+// learnVF teaches a learning TypeNamer (TypeMemory) what a VF lists just
+// before a create writes an id there: the last free VF of a card is the
+// last place its type is named. A read error is the create's to report.
+func learnVF(h HostView, namer TypeNamer, gpu, vf host.Address) {
+	l, ok := namer.(typeLearner)
+	if !ok {
+		return
+	}
+	if v, ok, err := h.VGPU(vf); err == nil && ok {
+		listed := map[int]string{}
+		for id, name := range v.Creatable {
+			listed[id] = host.ShortTypeName(name)
+		}
+		l.Learn(gpu, listed)
+	}
 }
 
 // reason turns a step's error into a refusal reason: "in use: ..." stays as

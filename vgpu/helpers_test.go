@@ -2,6 +2,8 @@ package vgpu
 
 import (
 	"context"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/podresources"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
@@ -55,10 +58,31 @@ func fixture(t testing.TB, name string) (*hostsim.Kernel, *host.Host) {
 	return hostsim.NewHost(t, name)
 }
 
+// runDirs is each test host's manager run folder, where its memory of
+// vGPU type names lives (names.VGPUTypesFile).
+var runDirs sync.Map // *host.Host -> string
+
+// memoryOf is the manager's memory of type names on h as a freshly
+// started manager reads it from its run folder: every plan of the
+// helpers below is a new process over the same folder.
+func memoryOf(t testing.TB, h *host.Host) *TypeMemory {
+	t.Helper()
+	dir, ok := runDirs.Load(h)
+	if !ok {
+		dir, _ = runDirs.LoadOrStore(h, t.TempDir())
+	}
+	m, err := LoadTypeMemory(filepath.Join(dir.(string), names.VGPUTypesFile), nil)
+	require.NoError(t, err)
+	return m
+}
+
 func planOf(t testing.TB, h *host.Host, cfg *vgpuconfig.Config, selected string, o Options) *Plan {
 	t.Helper()
 	if o.NodeName == "" {
 		o.NodeName = testNode
+	}
+	if o.TypeNames == nil {
+		o.TypeNames = memoryOf(t, h)
 	}
 	p, err := PlanConfig(context.Background(), h, cfg, selected, o)
 	require.NoError(t, err)
@@ -71,10 +95,11 @@ func apply(t testing.TB, h *host.Host, cfg *vgpuconfig.Config, selected string, 
 	return Apply(context.Background(), h, planOf(t, h, cfg, selected, o), ao)
 }
 
-// state is every GPU's vGPUs by type and ID, as the host shows them.
+// state is every GPU's vGPUs by type and ID, as the host shows them and
+// the manager names them.
 func state(t testing.TB, h *host.Host) map[host.Address][]string {
 	t.Helper()
-	gpus, err := Inventory(h, nil)
+	gpus, err := Inventory(h, memoryOf(t, h))
 	require.NoError(t, err)
 	out := map[host.Address][]string{}
 	for _, g := range gpus {
@@ -88,7 +113,7 @@ func state(t testing.TB, h *host.Host) map[host.Address][]string {
 
 func countsOf(t testing.TB, h *host.Host) map[host.Address]map[string]int {
 	t.Helper()
-	gpus, err := Inventory(h, nil)
+	gpus, err := Inventory(h, memoryOf(t, h))
 	require.NoError(t, err)
 	out := map[host.Address]map[string]int{}
 	for _, g := range gpus {

@@ -2,6 +2,8 @@ package vgpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -39,6 +41,10 @@ type GPU struct {
 	VFs      []host.Address // enabled VFs
 	Types    []TypeInfo     // what it can host
 	VGPUs    []VGPU         // what it holds
+	// Names are the vendor-specific VFIO type ids the GPU's types can be
+	// named by (the driver's lists now, then what the TypeNamer knows:
+	// remembered, or NVML's); nil for other backends.
+	Names map[int]string
 }
 
 // Describe names the GPU in messages: "GPU 0 (0000:3b:00.0, 10de:2236)".
@@ -68,13 +74,15 @@ type VGPU struct {
 	Parent host.Address // the mdev parent (GPU or VF), or the VF
 }
 
-// TypeNamer names the vGPU type ids a GPU supports (NVML's supported vGPU
-// types, for one). Vendor-specific VFIO shows a VF's type only as an id,
-// and creatable_vgpu_types lists names only for what can be created now:
-// on a full card, no list names the ids in use, and on a used card the
-// types of other sizes are missing. The catalog names the ids published
-// for its models; a TypeNamer names the rest. It is asked once per
-// vendor-VFIO GPU and inventory, so it should cache.
+// TypeNamer names the vGPU type ids a GPU supports (TypeMemory: what the
+// manager saw the driver list; NVML's supported vGPU types). Vendor-specific
+// VFIO shows a VF's type only as an id, and creatable_vgpu_types lists
+// names only for what can be created now: on a full card, no list names
+// the ids in use, and on a used card the types of other sizes are missing.
+// No table of ids is kept: a TypeNamer names the rest, or nobody does. It
+// is asked once per vendor-VFIO GPU and inventory, so it should cache; a
+// TypeNamer that also learns (TypeMemory) is taught every name the driver
+// lists.
 type TypeNamer interface {
 	TypeNames(gpu host.Address) (map[int]string, error)
 }
@@ -189,12 +197,7 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 }
 
 func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
-	names := map[int]string{}
-	for _, t := range catalogTypes(g.ID.Device) {
-		if id, err := strconv.Atoi(t.ID); err == nil {
-			names[id] = t.Name
-		}
-	}
+	listed := map[int]string{} // what the driver lists now, on any VF
 	current := map[host.Address]int{}
 	vendor := false
 	for _, vf := range g.VFs {
@@ -208,7 +211,7 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 		vendor = true
 		current[vf] = v.Current
 		for id, name := range v.Creatable {
-			names[id] = host.ShortTypeName(name)
+			listed[id] = host.ShortTypeName(name)
 		}
 	}
 	if !vendor {
@@ -216,6 +219,10 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 		return nil
 	}
 	g.Backend = BackendVendorVFIO
+	names := map[int]string{}
+	if l, ok := namer.(typeLearner); ok {
+		l.Learn(g.Address, listed) // before any create writes one of these ids
+	}
 	if namer != nil {
 		more, err := namer.TypeNames(g.Address)
 		if err != nil {
@@ -225,13 +232,16 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 			names[id] = host.ShortTypeName(name)
 		}
 	}
+	maps.Copy(names, listed) // the driver's own lists win
+	g.Names = names
 	for _, vf := range g.VFs {
 		if id := current[vf]; id != 0 {
 			g.VGPUs = append(g.VGPUs, VGPU{ID: string(vf), Type: names[id], TypeID: strconv.Itoa(id), Parent: vf})
 		}
 	}
 	seen := map[string]bool{}
-	for id, name := range names {
+	for _, id := range slices.Sorted(maps.Keys(names)) {
+		name := names[id]
 		tn, err := vgpuconfig.ParseTypeName(name)
 		if err != nil || seen[name] {
 			continue
@@ -241,7 +251,9 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 		t.Max, t.MaxFrom = capByVFs(t.Max, t.MaxFrom, len(g.VFs))
 		g.Types = append(g.Types, t)
 	}
-	for _, t := range catalogTypes(g.ID.Device) { // types not visible now (another size in use)
+	// Types no list names now (another size in use), for planning only:
+	// their id is read from creatable_vgpu_types when created.
+	for _, t := range catalogTypes(g.ID.Device) {
 		if !seen[t.Name] {
 			seen[t.Name] = true
 			t.Max, t.MaxFrom = capByVFs(t.Max, t.MaxFrom, len(g.VFs))
@@ -303,11 +315,11 @@ func (g *GPU) counts() map[string]int {
 }
 
 // catalogTypes are the catalog's types of a device id (vgpuconfig.Catalog),
-// their capacity from the catalog.
+// their capacity from the catalog, never an id (the driver numbers them).
 func catalogTypes(device uint16) []TypeInfo {
 	var out []TypeInfo
 	for _, t := range vgpuconfig.Catalog(device) {
-		out = append(out, TypeInfo{Name: t.Name, ID: t.ID, SizeGB: t.SizeGB, Max: t.Max, MaxFrom: "catalog"})
+		out = append(out, TypeInfo{Name: t.Name, SizeGB: t.SizeGB, Max: t.Max, MaxFrom: "catalog"})
 	}
 	return out
 }

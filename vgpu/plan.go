@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 )
 
@@ -17,8 +18,9 @@ type Options struct {
 	// Allocated tells which vGPUs pods hold; nil when there is no kubelet
 	// to ask (a host-side run): only open device nodes count then.
 	Allocated Allocated
-	// TypeNames names vendor-VFIO type ids sysfs and the catalog cannot
-	// (NVML on a real node); nil for none.
+	// TypeNames names vendor-VFIO type ids the driver no longer lists
+	// (TypeMemory, which Run keeps in its run folder and which learns
+	// every name the driver lists; NVML behind it); nil for none.
 	TypeNames TypeNamer
 }
 
@@ -167,7 +169,7 @@ func planGPU(g *GPU, want map[string]int, node string, u *usage) ([]Step, string
 	var busy []string
 	for _, v := range remove {
 		if v.Type == "" && total > 0 {
-			return nil, fmt.Sprintf("unknown vGPU type: %s holds type id %s, which neither creatable_vgpu_types nor the catalog names; cannot tell whether it matches the config", v.ID, v.TypeID)
+			return nil, fmt.Sprintf("unknown vGPU type: %s: VF %s holds type id %s, which no creatable_vgpu_types lists now, the manager never saw listed (its memory, %s) and NVML does not name; cannot tell whether it matches the config; the GPU is left as it is (removing that vGPU, current_vgpu_type 0, lets the config apply)", g.Describe(), v.ID, v.TypeID, names.VGPUTypesFile)
 		}
 		if why := u.busy(v, true); why != "" {
 			busy = append(busy, why)

@@ -1,6 +1,8 @@
 package vgpu
 
 import (
+	"strconv"
+
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 )
 
@@ -12,18 +14,33 @@ const (
 	StateFailed  = wire.VGPUStateFailed  // a config error, or a GPU refused or failed
 )
 
-// ReadyGPUs are the GPUs as the ready report (wire.VGPUReady) lists them.
+// ReadyGPUs are the GPUs as the ready report (wire.VGPUReady) lists them:
+// a vendor-specific VFIO GPU with every type id it can name (typeIds) and
+// the VFs whose vGPU nobody can name (unnamed, never counted in vgpus).
 func ReadyGPUs(gpus []*GPU) []wire.VGPUGPU {
 	out := []wire.VGPUGPU{}
 	for _, g := range gpus {
 		id := gpuID(g)
 		rg := wire.VGPUGPU{Index: id.Index, Address: id.Address, Device: id.Device, Backend: string(id.Backend), VGPUs: g.counts()}
-		for _, v := range g.VGPUs {
-			if g.Backend == BackendVendorVFIO && v.TypeID != "" && v.Type != "" {
+		delete(rg.VGPUs, "") // unnamed ones are listed by VF below
+		if g.Backend != BackendVendorVFIO {
+			out = append(out, rg)
+			continue
+		}
+		for tid, name := range g.Names {
+			if wire.ValidTypeName(name) {
 				if rg.TypeIDs == nil {
 					rg.TypeIDs = map[string]string{}
 				}
-				rg.TypeIDs[v.TypeID] = v.Type
+				rg.TypeIDs[strconv.Itoa(tid)] = name
+			}
+		}
+		for _, v := range g.VGPUs {
+			if v.Type == "" {
+				if rg.Unnamed == nil {
+					rg.Unnamed = map[string]string{}
+				}
+				rg.Unnamed[string(v.Parent)] = v.TypeID
 			}
 		}
 		out = append(out, rg)

@@ -107,7 +107,7 @@ func (r *runner) releasePass(ctx context.Context) (state string) {
 			r.o.Log.Error(err, "Cannot publish the release report")
 		}
 	}()
-	plan, err := PlanRelease(ctx, r.o.Host, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.o.TypeNames})
+	plan, err := PlanRelease(ctx, r.o.Host, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.types})
 	if err != nil {
 		rep.Error = err.Error()
 		r.event(ctx, node, corev1.EventTypeWarning, EventFailed, "release: "+err.Error())

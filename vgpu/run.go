@@ -34,7 +34,10 @@ type RunOptions struct {
 	// RunDir holds the pause and ready files (names.RunDir on a node).
 	RunDir    string
 	Allocated Allocated // the kubelet's allocations; nil for none
-	TypeNames TypeNamer // nil for none
+	// TypeNames names vendor-VFIO type ids nobody remembers (NVML on a
+	// node); nil for none. Run keeps its own TypeMemory in
+	// names.VGPUTypesFile in RunDir in front of it.
+	TypeNames TypeNamer
 	// Resync applies again without an event (default 5m).
 	Resync time.Duration
 	// Retry applies again this soon after a pass that left the node failed
@@ -91,7 +94,13 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err := os.MkdirAll(o.RunDir, 0o755); err != nil {
 		return fmt.Errorf("vgpu run: %w", err)
 	}
-	r := &runner{o: o, stale: map[string]bool{}}
+	r := &runner{o: o, stale: map[string]bool{}, typesFile: filepath.Join(o.RunDir, names.VGPUTypesFile)}
+	var lerr error
+	if r.types, lerr = LoadTypeMemory(r.typesFile, o.TypeNames); lerr != nil {
+		// Names are learned again from the driver's lists; a vGPU no list
+		// names is reported as unknown, never guessed.
+		o.Log.Error(lerr, "Cannot read the remembered vGPU type names; starting without them", "file", r.typesFile)
+	}
 	if o.Release {
 		r.publisher = &ownmeta.Publisher{Patch: ownnode.Typed(o.Client).Patch, Node: o.NodeName, Annotation: names.ReleaseReportAnnotation(names.VGPUDeviceManager)}
 	}
@@ -145,6 +154,10 @@ type runner struct {
 	publisher *ownmeta.Publisher
 	// locked: the release holds the host lock for its life.
 	locked bool
+	// types names vendor-VFIO type ids the driver no longer lists; kept
+	// in typesFile as it learns.
+	types     *TypeMemory
+	typesFile string
 }
 
 // pass applies the selected config once and reports the outcome.
@@ -177,11 +190,11 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	cfg, err := vgpuconfig.Load(r.o.ConfigFile)
 	var plan *Plan
 	if err == nil {
-		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.o.TypeNames})
+		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.types})
 	}
 	if err != nil {
 		rep.Error = err.Error()
-		if gpus, ierr := Inventory(r.o.Host, r.o.TypeNames); ierr == nil {
+		if gpus, ierr := Inventory(r.o.Host, r.types); ierr == nil {
 			rep.GPUs = ReadyGPUs(gpus)
 		}
 		reason := EventFailed
@@ -224,6 +237,9 @@ func (r *runner) finish(rep *wire.VGPUReady) {
 	}
 	if rep.GPUs == nil {
 		rep.GPUs = []wire.VGPUGPU{}
+	}
+	if err := r.types.Save(); err != nil {
+		r.o.Log.Error(err, "Cannot remember the vGPU type names", "file", r.typesFile)
 	}
 	ready := filepath.Join(r.o.RunDir, names.VGPUReadyFile)
 	if r.o.Release {

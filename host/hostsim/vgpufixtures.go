@@ -34,6 +34,26 @@ func l40sTypes() []VGPUType {
 	return append(t, VGPUType{ID: 2164, Name: "NVIDIA L40S-3B", SizeGB: 3})
 }
 
+// H100VGPU is an H100 PCIe 80GB (10de:2331) with a vGPU 17 host driver
+// (vendor-specific VFIO, 32 VFs disabled at boot), outside Fixtures(): a
+// card whose type ids no table in the product holds. Its C-series ids
+// (H100-40C is 1425, as a real host listed it in issue 21) stand for
+// whatever a driver release numbers; only the driver's lists name them.
+// The simulated driver lists in each VF's nvidia/creatable_vgpu_types
+// only what can be created on it now, nothing on a VF that holds a vGPU
+// and nothing once the card is full, as NVIDIA's Virtual GPU Software
+// User Guide ("Creating an NVIDIA vGPU on a Linux with KVM Hypervisor",
+// vendor-specific VFIO framework, creatable_vgpu_types) describes.
+func H100VGPU() Fixture {
+	return Fixture{
+		Name: "h100-vgpu", Description: "H100 PCIe with vGPU 17 (vendor-specific VFIO): 32 VFs (disabled at boot), a vGPU per VF through current_vgpu_type",
+		IOMMU: true, Drivers: standardDrivers(true),
+		Funcs: []Func{withVFs(gpu("0000:5d:00.0", 0x2331, 30, 0, 0), 32)},
+		VGPUs: []VGPUCard{{PF: "0000:5d:00.0", Mode: VendorVFIO, FramebufferGB: 80, TotalVFs: 32, VFGroupBase: 100,
+			Types: typeSeries("H100", 1419, "C", 4, 5, 8, 10, 16, 20, 40, 80)}},
+	}
+}
+
 // vgpuFixtures are the hosts with NVIDIA's vGPU host driver loaded.
 func vgpuFixtures() []Fixture {
 	a10 := Fixture{

@@ -45,7 +45,10 @@ type VGPUType struct {
 //     available_instances and vanish from creatable_vgpu_types;
 //   - available_instances and creatable_vgpu_types shrink as vGPUs are
 //     made; a VF that holds a vGPU shows 0 for every type and an empty
-//     creatable list;
+//     creatable list, and a full card lists nothing on any VF (NVIDIA's
+//     Virtual GPU Software User Guide, vendor-specific VFIO framework:
+//     creatable_vgpu_types lists the types that can be created on the VF
+//     now), so no list names a type in use on a full card;
 //   - the same mdev UUID twice fails with EEXIST, a type with no instance
 //     left with EUSERS;
 //   - sriov_numvfs changes only from 0 or to 0 (EBUSY otherwise; ERANGE

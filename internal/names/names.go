@@ -139,7 +139,7 @@ func ReleaseOperand(operand string) string { return operand + "-release" }
 // FIFO) where a privileged daemon writes, reads or locks:
 //
 //	/run/sandbox-gpu/vfio-manager/            vfio-manager.ready, vfio.lock
-//	/run/sandbox-gpu/vgpu-device-manager/     vgpu-device-manager.ready, .pause, vgpu.lock
+//	/run/sandbox-gpu/vgpu-device-manager/     vgpu-device-manager.ready, .pause, vgpu.lock, vgpu-types.json
 //	/run/sandbox-gpu/kubevirt-device-plugin/  kubevirt-permitted-host-devices.json
 const (
 	// RunDir holds the writers' folders.
@@ -165,6 +165,11 @@ const (
 	// vGPUs: the KubeVirt device plugin then advertises none of them, so
 	// the kubelet never sees a half-built set.
 	VGPUPauseFile = "vgpu-device-manager.pause"
+	// VGPUTypesFile is the vGPU device manager's memory of the names of
+	// the vendor-specific VFIO type ids it has seen (wire.VGPUTypeNames):
+	// a full card lists none, so a restarted manager names its vGPUs from
+	// it.
+	VGPUTypesFile = "vgpu-types.json"
 )
 
 // Writer names the operand that writes one of the shared files ("" for a
@@ -173,7 +178,7 @@ func Writer(file string) string {
 	switch file {
 	case VFIOReadyFile, VFIOLockFile:
 		return VFIOManager
-	case VGPUReadyFile, VGPUPauseFile, VGPULockFile:
+	case VGPUReadyFile, VGPUPauseFile, VGPULockFile, VGPUTypesFile:
 		return VGPUDeviceManager
 	case PermittedFile:
 		return KubeVirtDevicePlugin

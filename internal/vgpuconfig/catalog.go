@@ -10,14 +10,15 @@ import (
 // and 17): the framebuffer each type gets, per series, and the GPU's
 // framebuffer. The catalog serves where sysfs cannot tell yet or any more:
 // an SR-IOV GPU whose VFs are not enabled (no type is visible before),
-// the capacity of vendor-VFIO types (creatable_vgpu_types has no counts),
-// and the names of type ids on a full card (creatable_vgpu_types empties).
-// mdev capacity always comes from sysfs (max_instance of the description).
+// and the capacity of vendor-VFIO types (creatable_vgpu_types has no
+// counts). It holds no type ids: the driver numbers its types, differently
+// across releases, so ids are named only from what the driver lists (and
+// what the manager remembers of it). mdev capacity always comes from sysfs
+// (max_instance of the description).
 type product struct {
 	Name          string // the product part of type names: A10, A100D, H100XM
 	FramebufferGB int
 	Series        map[string][]int // series letter -> framebuffer sizes in GB
-	IDs           map[string]int   // short type name -> type id, where published
 }
 
 // MaxVGPUsPerGPU is NVIDIA's limit of vGPUs on one physical GPU (A40-1Q
@@ -67,7 +68,6 @@ func catalogFor(device uint16) []product {
 	case 0x26b9:
 		p := dataCenter("L40S", 48, q48, c48)
 		p.Series["B"] = []int{1, 2, 3}
-		p.IDs = l40sTypeIDs()
 		return []product{p}
 	case 0x2331:
 		return []product{dataCenter("H100", 80, nil, h80)}
@@ -83,21 +83,9 @@ func catalogFor(device uint16) []product {
 	return nil
 }
 
-// l40sTypeIDs are the ids an L40S VF lists in creatable_vgpu_types with
-// vGPU 17 (as published from real hosts).
-func l40sTypeIDs() map[string]int {
-	ids := map[string]int{"L40S-1B": 1145, "L40S-2B": 1146, "L40S-3B": 2164}
-	for i, gb := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48} {
-		ids[fmt.Sprintf("L40S-%dQ", gb)] = 1147 + i
-		ids[fmt.Sprintf("L40S-%dA", gb)] = 1157 + i
-	}
-	return ids
-}
-
 // CatalogType is a vGPU type as the catalog knows it.
 type CatalogType struct {
 	Name   string // short name, A10-4Q
-	ID     string // vendor type id (1155), "" where none is published
 	SizeGB int
 	Max    int // how many vGPUs of this type one GPU holds alone
 }
@@ -108,11 +96,7 @@ func (p product) types() []CatalogType {
 	for s, sizes := range p.Series {
 		for _, gb := range sizes {
 			name := fmt.Sprintf("%s-%d%s", p.Name, gb, s)
-			t := CatalogType{Name: name, SizeGB: gb, Max: min(p.FramebufferGB/gb, MaxVGPUsPerGPU)}
-			if id, ok := p.IDs[name]; ok {
-				t.ID = fmt.Sprint(id)
-			}
-			out = append(out, t)
+			out = append(out, CatalogType{Name: name, SizeGB: gb, Max: min(p.FramebufferGB/gb, MaxVGPUsPerGPU)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return TypeLess(out[i].Name, out[j].Name) })

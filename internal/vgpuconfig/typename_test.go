@@ -39,7 +39,7 @@ func TestDeviceID(t *testing.T) {
 }
 
 // TestCatalog: capacities as NVIDIA's documentation and example config
-// give them, ids as real L40S hosts list them.
+// give them (the catalog holds no type ids: the driver names those).
 func TestCatalog(t *testing.T) {
 	for _, c := range []struct {
 		device uint16
@@ -53,14 +53,6 @@ func TestCatalog(t *testing.T) {
 	} {
 		assert.Equal(t, c.max, CatalogMax(c.device, c.name), "%s on %04x", c.name, c.device)
 	}
-	ids := map[string]string{}
-	for _, ti := range Catalog(0x26b9) {
-		ids[ti.Name] = ti.ID
-	}
-	assert.Equal(t, "1155", ids["L40S-24Q"])
-	assert.Equal(t, "1166", ids["L40S-48A"])
-	assert.Equal(t, "2164", ids["L40S-3B"])
-	assert.Equal(t, "", ids["L40S-48C"], "unpublished ids stay unknown")
 	assert.True(t, TypeLess("A10-4Q", "A10-12Q"))
 	assert.True(t, TypeLess("A10-24C", "A10-1Q"))
 }

@@ -9,6 +9,7 @@
 //	vfio-manager.ready                    VFIOReady            vfio-manager daemon -> device plugins, validator
 //	vgpu-device-manager.ready             VGPUReady            vgpu-device-manager run -> validator, KubeVirt plugin
 //	vgpu-device-manager.pause             VGPUPause            vgpu-device-manager -> KubeVirt plugin
+//	vgpu-types.json                       VGPUTypeNames        vgpu-device-manager -> itself, restarted
 //	kubevirt-permitted-host-devices.json  Write/ReadPermitted  KubeVirt plugin -> validator
 //
 // The Node annotation payloads (annotations.go; each written by its daemon

@@ -22,9 +22,12 @@ const (
 //	config   the selected config
 //	state    success or failed, as the node label
 //	gpus     every NVIDIA GPU: index, address, device, backend, vgpus (by type),
-//	         typeIds (vendor-specific VFIO: type id -> short name of the vGPUs
-//	         it holds, which sysfs no longer names on a full card; the KubeVirt
-//	         device plugin names its resources from them)
+//	         typeIds (vendor-specific VFIO: type id -> short name of every id
+//	         the manager can name on the GPU, the driver's lists and its memory
+//	         (VGPUTypeNames) together, which sysfs no longer names on a full
+//	         card; the KubeVirt device plugin names its resources from them),
+//	         unnamed (vendor-specific VFIO: VF -> type id of a vGPU nobody can
+//	         name, counted nowhere else and never advertised)
 //	refused  GPUs refused or failed: gpu, address, reason ("in use: ...")
 //	error    why nothing was applied (a config error), when so
 type VGPUReady struct {
@@ -46,6 +49,7 @@ type VGPUGPU struct {
 	Backend string            `json:"backend"` // mdev, mdev-sriov, vendor-vfio, sriov or none
 	VGPUs   map[string]int    `json:"vgpus"`
 	TypeIDs map[string]string `json:"typeIds,omitempty"`
+	Unnamed map[string]string `json:"unnamed,omitempty"` // VF -> type id nobody names
 }
 
 // VGPURefusal is a GPU whose change was refused or failed.

@@ -50,6 +50,11 @@ func runFiles() []runFile {
 				return WriteVGPUReady(path, VGPUReady{Config: "A10-4Q", State: VGPUStateSuccess, GPUs: []VGPUGPU{{Address: "0000:3b:00.0", VGPUs: map[string]int{"A10-4Q": 6}}}})
 			},
 			func(path string) error { _, err := ReadVGPUReady(path); return err }},
+		{names.VGPUTypesFile,
+			func(path string) error {
+				return WriteVGPUTypeNames(path, VGPUTypeNames{GPUs: map[string]map[string]string{"0000:5d:00.0": {"1425": "H100-40C"}}})
+			},
+			func(path string) error { _, err := ReadVGPUTypeNames(path); return err }},
 		{names.PermittedFile,
 			func(path string) error { return WritePermitted(path, p) },
 			func(path string) error { _, err := ReadPermitted[permitted](path); return err }},

@@ -35,7 +35,7 @@ func Program() *shell.Program {
 		if err != nil {
 			return err
 		}
-		s := &kubevirt.Scanner{Host: h, Namer: namer, VGPU: state, NodeDev: c.NodeDev}
+		s := &kubevirt.Scanner{Host: h, Namer: namer, VGPU: state, NodeDev: c.NodeDev, Log: env.Log}
 		if printPermitted {
 			if _, err := s.Scan(ctx); err != nil {
 				return err

@@ -94,6 +94,15 @@ func (c *common) node() string {
 	return h
 }
 
+// typeMemory is the manager's memory of vGPU type names in --run-dir (a
+// memory of this run only with --run-dir=""), shared with the daemon.
+func (c *common) typeMemory() (*vgpu.TypeMemory, error) {
+	if c.runDir == "" {
+		return &vgpu.TypeMemory{}, nil
+	}
+	return vgpu.LoadTypeMemory(filepath.Join(c.runDir, names.VGPUTypesFile), nil)
+}
+
 // node is what a command works on: the host, and who holds its vGPUs.
 type node struct {
 	host      *host.Host
@@ -155,7 +164,11 @@ func onceCommand(k hostroots.Kernel, name, summary string) *shell.Command {
 			}
 			defer n.close()
 			h := n.host
-			plan, err := vgpu.PlanConfig(ctx, h, cfg, selected, vgpu.Options{NodeName: c.node(), Allocated: n.allocated})
+			types, err := c.typeMemory()
+			if err != nil {
+				return err
+			}
+			plan, err := vgpu.PlanConfig(ctx, h, cfg, selected, vgpu.Options{NodeName: c.node(), Allocated: n.allocated, TypeNames: types})
 			if err != nil {
 				return err
 			}
@@ -167,6 +180,9 @@ func onceCommand(k hostroots.Kernel, name, summary string) *shell.Command {
 			}
 			if err := env.Report(output, report, func(w io.Writer) error { return vgpu.WriteTable(w, report) }, len(report.Refused)); err != nil {
 				return err
+			}
+			if err := types.Save(); err != nil {
+				env.Log.Error(err, "Cannot remember the vGPU type names; a later run may not name the vGPUs of a full card")
 			}
 			if res != nil {
 				return res.Err()
