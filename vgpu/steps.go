@@ -8,6 +8,16 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 )
 
+// Apply makes the step's one write on h, as Apply does for each step of a
+// plan (test/realkernel runs each kind on a real kernel): the target is
+// re-read first, and a remove or disable-vfs step claims the VFIO groups
+// and checks the processes and allocated (the kubelet's view, nil where
+// none runs) right before its write; while anything uses what it removes it
+// returns an error starting with "in use:" and writes nothing.
+func (s Step) Apply(ctx context.Context, h HostView, allocated Allocated) error {
+	return applyStep(ctx, h, allocated, s)
+}
+
 // applyStep makes one step's write, after re-reading its target: a step
 // found done writes nothing, one whose target changed since the plan is an
 // error, and a step that removes something checks, just before the write,

@@ -7,8 +7,9 @@
 // loads vfio_pci and what it needs from /lib/modules/<release> itself, as Debian ships the
 // modules (.ko) and compressed (.ko.xz, indexed by depmod) as newer distributions do. TestRealKernelVGPU runs the guest
 // tests of package guest (one static test binary) against the kernel's mtty sample mdev driver
-// and QEMU's SR-IOV NVMe controller: the host model's mdev and VF protocol that package vgpu
-// drives, with the in-use check before every write that would block under a held device.
+// and QEMU's SR-IOV NVMe controller: package vgpu's own create, remove, enable-vfs and
+// disable-vfs steps (vgpu.Step.Apply) over the host model, with the in-use check before every
+// write that would block under a held device.
 //
 // The kernel, its modules, the mtty driver built for it, QEMU and busybox come from
 // hack/fetch-kernel.sh; without them the tests fail naming it (testutil.MissingPeer).

@@ -7,12 +7,14 @@ import (
 )
 
 // guestTestBinary builds the guest tests (package guest, tag realkernelguest) into one static
-// x86_64 test binary for the initramfs.
+// x86_64 test binary for the initramfs, without symbol tables and DWARF (as the image builds
+// its binaries): package vgpu brings client-go and gRPC along, and every byte is unpacked
+// by the guest's kernel under TCG.
 func guestTestBinary(t *testing.T, env hostEnv) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "guest.test")
 	buildStatic(t, filepath.Join(env.repoRoot, "test"), "guest tests", out, "./realkernel/guest",
-		"test", "-c", "-tags", "realkernelguest")
+		"test", "-c", "-tags", "realkernelguest", "-ldflags=-s -w")
 	return out
 }
 

@@ -10,12 +10,13 @@ import (
 // subsystem and both flexible-resource options, and no drive beside the subsystem.
 const nvmeSRIOV = "nvme,serial=sriov0,subsys=subsys0,sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
 
-// TestRealKernelVGPU proves the host model's vGPU protocol (package host, which package vgpu
-// drives) on a real kernel: mdev create, list and remove against the kernel's mtty sample
-// driver, and SR-IOV VF enable and disable against QEMU's NVMe controller, each with a process
-// holding a VFIO device the way QEMU does. On a real kernel a remove or sriov_numvfs write
-// under a held device blocks the writer, unkillably, until the holder exits: the guest tests
-// show that the in-use check comes first and that no such write is made. The assertions run in
+// TestRealKernelVGPU proves package vgpu's own steps (create, remove, enable-vfs and
+// disable-vfs, as vgpu.Apply runs them) and the host model beneath them on a real kernel: mdev
+// create, list and remove against the kernel's mtty sample driver, and SR-IOV VF enable and
+// disable against QEMU's NVMe controller, each with a process holding a VFIO device the way
+// QEMU does. On a real kernel a remove or sriov_numvfs write under a held device blocks the
+// writer, unkillably, until the holder exits: the guest tests show that the steps' in-use
+// check comes first and that no such write is made. The assertions run in
 // the guest (package guest); this test boots one guest per group and checks their results.
 func TestRealKernelVGPU(t *testing.T) {
 	t.Parallel()

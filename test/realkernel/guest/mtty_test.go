@@ -19,9 +19,10 @@ const mttyParent = host.Address("mtty")
 // The sample's two types: each instance takes one or two of its 24 serial ports.
 var mttyTypeNames = map[string]string{"mtty-1": "Single port serial", "mtty-2": "Dual port serial"}
 
-// TestMtty drives the mdev protocol through the host model against the mtty sample driver:
-// types, create, list, a duplicate create, remove when idle, and no remove written while a
-// process holds the mdev's VFIO device.
+// TestMtty drives the mdev protocol against the mtty sample driver, through package vgpu's
+// create and remove steps and the host model beneath them: types, create, list, a create or
+// remove of a changed mdev refused, remove when idle, and no remove written while a process
+// holds the mdev's VFIO device (its group fd, or only its device fd).
 func TestMtty(t *testing.T) {
 	rec := &recordingWriter{}
 	h := newHost(rec)
@@ -58,11 +59,17 @@ func TestMtty(t *testing.T) {
 	uuid := newUUID(t)
 	t.Run("create lists the mdev and takes instances", func(t *testing.T) {
 		mark := rec.mark()
-		if err := h.CreateMdev(mttyParent, "mtty-2", uuid); err != nil {
+		if err := createMdev(h, uuid, "mtty-2"); err != nil {
 			t.Fatal(err)
 		}
 		requireWrites(t, rec, mark, write{"/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create", uuid})
 		requireListed(t, h, uuid, "mtty-2")
+
+		mark = rec.mark()
+		if err := createMdev(h, uuid, "mtty-2"); err != nil {
+			t.Errorf("create step of an mdev already there: %v, want it found done", err)
+		}
+		requireWrites(t, rec, mark)
 		now := mttyTypes(t, h)
 		if got, want := now["mtty-2"].Available, idle["mtty-2"].Available-1; got != want {
 			t.Errorf("mtty-2 available %d after one create, want %d", got, want)
@@ -83,10 +90,22 @@ func TestMtty(t *testing.T) {
 		requireListed(t, h, uuid, "mtty-2")
 	})
 
+	t.Run("an mdev of another type than planned is left alone", func(t *testing.T) {
+		mark := rec.mark()
+		if err := createMdev(h, uuid, "mtty-1"); err == nil || !strings.Contains(err.Error(), uuid) {
+			t.Errorf("create step of type mtty-1 over mdev %s of type mtty-2: %v, want an error naming it", uuid, err)
+		}
+		if err := removeMdev(h, uuid, "mtty-1"); err == nil || !strings.Contains(err.Error(), "left alone") {
+			t.Errorf("remove step of mdev %s planned as mtty-1: %v, want it left alone", uuid, err)
+		}
+		requireWrites(t, rec, mark)
+		requireListed(t, h, uuid, "mtty-2")
+	})
+
 	t.Run("remove when idle", func(t *testing.T) {
 		m := requireListed(t, h, uuid, "mtty-2")
 		mark := rec.mark()
-		if err := removeMdev(h, uuid); err != nil {
+		if err := removeMdev(h, uuid, "mtty-2"); err != nil {
 			t.Fatal(err)
 		}
 		requireWrites(t, rec, mark, write{"/sys/bus/mdev/devices/" + uuid + "/remove", "1"})
@@ -101,7 +120,7 @@ func TestMtty(t *testing.T) {
 
 	held := newUUID(t)
 	t.Run("held device: in use and no remove written", func(t *testing.T) {
-		if err := h.CreateMdev(mttyParent, "mtty-1", held); err != nil {
+		if err := createMdev(h, held, "mtty-1"); err != nil {
 			t.Fatal(err)
 		}
 		m := requireListed(t, h, held, "mtty-1")
@@ -109,10 +128,10 @@ func TestMtty(t *testing.T) {
 		defer rec.guard("/sys/bus/mdev/devices/" + held + "/remove")()
 		mark := rec.mark()
 
-		// The check package vgpu makes before planning and before each removing write.
+		// What package vgpu's check reads: the process scan names the holder.
 		requireScanHeldBy(t, h, func(u *host.Usage) ([]string, error) { return h.MdevInUse(m, u) }, hd.pid, m.IOMMUGroup)
 
-		err := removeMdev(h, held)
+		err := removeMdev(h, held, "mtty-1")
 		if err == nil || !strings.HasPrefix(err.Error(), "in use:") {
 			t.Errorf("remove of a held mdev: %v, want an in-use refusal", err)
 		} else {
@@ -126,12 +145,9 @@ func TestMtty(t *testing.T) {
 
 	t.Run("released device: removed", func(t *testing.T) {
 		m := requireListed(t, h, held, "mtty-1")
-		if err := h.CheckMdevIdle(m); err != nil {
-			t.Fatalf("after the holder exited: %v", err)
-		}
 		mark := rec.mark()
-		if err := removeMdev(h, held); err != nil {
-			t.Fatal(err)
+		if err := removeMdev(h, held, "mtty-1"); err != nil {
+			t.Fatalf("after the holder exited: %v", err)
 		}
 		requireWrites(t, rec, mark, write{"/sys/bus/mdev/devices/" + held + "/remove", "1"})
 		requireGone(t, h, m)
@@ -139,7 +155,7 @@ func TestMtty(t *testing.T) {
 
 	t.Run("device fd held without its group fd: the group claim sees it", func(t *testing.T) {
 		uuid := newUUID(t)
-		if err := h.CreateMdev(mttyParent, "mtty-1", uuid); err != nil {
+		if err := createMdev(h, uuid, "mtty-1"); err != nil {
 			t.Fatal(err)
 		}
 		m := requireListed(t, h, uuid, "mtty-1")
@@ -147,10 +163,11 @@ func TestMtty(t *testing.T) {
 		unguard := rec.guard("/sys/bus/mdev/devices/" + uuid + "/remove")
 		mark := rec.mark()
 		requireClaimRefused(t, h, m.IOMMUGroup, hd.pid)
+		requireInUse(t, removeMdev(h, uuid, "mtty-1"), fmt.Sprintf("/dev/vfio/%d", m.IOMMUGroup))
 		requireNoWriteTo(t, rec, mark, "/remove")
 		hd.release(t)
 		unguard()
-		if err := removeMdev(h, uuid); err != nil {
+		if err := removeMdev(h, uuid, "mtty-1"); err != nil {
 			t.Fatal(err)
 		}
 		requireGone(t, h, m)
@@ -271,5 +288,13 @@ func requireHeldBy(t *testing.T, reason string, pid int, what string) {
 	t.Helper()
 	if !strings.Contains(reason, fmt.Sprintf("pid %d", pid)) || !strings.Contains(reason, what) {
 		t.Errorf("in-use reason %q does not name pid %d and %s", reason, pid, what)
+	}
+}
+
+// requireInUse checks that a step was refused in use, naming what.
+func requireInUse(t *testing.T, err error, what string) {
+	t.Helper()
+	if err == nil || !strings.HasPrefix(err.Error(), "in use:") || !strings.Contains(err.Error(), what) {
+		t.Errorf("step: %v, want an in-use refusal naming %s", err, what)
 	}
 }

@@ -21,9 +21,10 @@ const nvmeVendor, nvmeDevice = 0x1b36, 0x0010
 // bindTimeout bounds the wait for a VF to reach vfio-pci.
 const bindTimeout = 30 * time.Second
 
-// TestSRIOV drives VF enable and disable through the host model against QEMU's SR-IOV NVMe
-// controller: VFs appear with their links and groups, the count changes only from 0, disable
-// works when idle and is never written while a process holds a VF's VFIO device.
+// TestSRIOV drives VF enable and disable against QEMU's SR-IOV NVMe controller, through
+// package vgpu's enable-vfs and disable-vfs steps and the host model beneath them: VFs appear
+// with their links and groups, the count changes only from 0, disable works when idle and is
+// never written while a process holds a VF's VFIO device (its group fd, or only its device fd).
 func TestSRIOV(t *testing.T) {
 	rec := &recordingWriter{}
 	h := newHost(rec)
@@ -33,7 +34,7 @@ func TestSRIOV(t *testing.T) {
 
 	t.Run("enable lists the VFs in their own groups", func(t *testing.T) {
 		mark := rec.mark()
-		if err := h.SetNumVFs(pf.Address, total); err != nil {
+		if err := enableVFs(h, pf.Address, total); err != nil {
 			t.Fatal(err)
 		}
 		requireWrites(t, rec, mark, write{numvfs, fmt.Sprint(total)})
@@ -41,6 +42,16 @@ func TestSRIOV(t *testing.T) {
 	})
 
 	t.Run("count changes only from 0", func(t *testing.T) {
+		// The step writes nothing once the VFs are there, and leaves another count alone.
+		mark := rec.mark()
+		if err := enableVFs(h, pf.Address, total); err != nil {
+			t.Errorf("enable-vfs step of %d VFs with %d enabled: %v, want it found done", total, total, err)
+		}
+		if err := enableVFs(h, pf.Address, total-1); err == nil || !strings.Contains(err.Error(), "left alone") {
+			t.Errorf("enable-vfs step of %d VFs with %d enabled: %v, want it left alone", total-1, total, err)
+		}
+		requireWrites(t, rec, mark)
+		// The kernel's rule beneath it.
 		err := h.SetNumVFs(pf.Address, total-1)
 		if !errors.Is(err, syscall.EBUSY) {
 			t.Errorf("sriov_numvfs %d -> %d: %v, want EBUSY", total, total-1, err)
@@ -65,7 +76,7 @@ func TestSRIOV(t *testing.T) {
 
 	var vf *host.Function // on vfio-pci
 	t.Run("held VF: in use and no sriov_numvfs written", func(t *testing.T) {
-		if err := h.SetNumVFs(pf.Address, total); err != nil {
+		if err := enableVFs(h, pf.Address, total); err != nil {
 			t.Fatal(err)
 		}
 		vfs := requireVFs(t, h, pf, total)
@@ -74,7 +85,7 @@ func TestSRIOV(t *testing.T) {
 		defer rec.guard(numvfs)()
 		mark := rec.mark()
 
-		// The check package vgpu makes before planning and before the sriov_numvfs write.
+		// What package vgpu's check reads: the process scan names the holder.
 		requireScanHeldBy(t, h, func(u *host.Usage) ([]string, error) { return h.InUse(vf, u) }, hd.pid, vf.IOMMUGroup)
 
 		err := disableVFs(h, pf.Address)
@@ -97,6 +108,7 @@ func TestSRIOV(t *testing.T) {
 		defer rec.guard(numvfs)()
 		mark := rec.mark()
 		requireClaimRefused(t, h, vf.IOMMUGroup, hd.pid)
+		requireInUse(t, disableVFs(h, pf.Address), fmt.Sprintf("/dev/vfio/%d", vf.IOMMUGroup))
 		requireNoWriteTo(t, rec, mark, "/sriov_numvfs")
 		hd.release(t)
 	})

@@ -3,41 +3,37 @@
 package guest
 
 import (
-	"fmt"
+	"context"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
+	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
 )
 
-// removeMdev removes an mdev the way package vgpu's remove step does (vgpu/steps.go), minus
-// the NVIDIA type check and the kubelet: re-read the mdev, check with the host model that no
-// process holds it, and only then write remove. An mdev in use is refused with the check's
-// error, which starts with "in use:".
-func removeMdev(h *host.Host, uuid string) error {
-	m, ok, err := h.ReadMdev(uuid)
-	if err != nil || !ok {
-		return err // gone already
-	}
-	if err := h.CheckMdevIdle(m); err != nil {
-		return err
-	}
-	return h.RemoveMdev(uuid)
+// The guest tests change mdevs and VFs only through package vgpu's own steps (vgpu.Step.Apply,
+// what vgpu.Apply runs for each step of a plan): the same re-read of the target, VFIO group
+// claim and in-use check before each write as on an NVIDIA GPU. No kubelet runs in a guest, so
+// only processes count as users.
+
+// createMdev applies a create step of an mdev of type typeID on mtty.
+func createMdev(h *host.Host, uuid, typeID string) error {
+	return applyStep(h, vgpu.Step{Op: vgpu.OpCreate, ID: uuid, TypeID: typeID, Parent: mttyParent})
 }
 
-// disableVFs disables a PF's VFs the way package vgpu's disable-vfs step does: every VF is
-// checked idle with the host model right before sriov_numvfs is written 0.
+// removeMdev applies a remove step of an mdev planned as of type typeID.
+func removeMdev(h *host.Host, uuid, typeID string) error {
+	return applyStep(h, vgpu.Step{Op: vgpu.OpRemove, ID: uuid, TypeID: typeID, Parent: mttyParent})
+}
+
+// enableVFs applies an enable-vfs step of n VFs on pf.
+func enableVFs(h *host.Host, pf host.Address, n int) error {
+	return applyStep(h, vgpu.Step{Op: vgpu.OpEnableVFs, Address: pf, VFs: n})
+}
+
+// disableVFs applies a disable-vfs step on pf.
 func disableVFs(h *host.Host, pf host.Address) error {
-	f, err := h.ReadFunction(pf)
-	if err != nil || f.SRIOVNumVFs == 0 {
-		return err
-	}
-	for _, vf := range f.VirtFns {
-		vff, err := h.ReadFunction(vf)
-		if err != nil {
-			return fmt.Errorf("VF %s of %s: %w", vf, pf, err)
-		}
-		if err := h.CheckIdle(vff); err != nil {
-			return err
-		}
-	}
-	return h.SetNumVFs(pf, 0)
+	return applyStep(h, vgpu.Step{Op: vgpu.OpDisableVFs, Address: pf})
+}
+
+func applyStep(h *host.Host, s vgpu.Step) error {
+	return s.Apply(context.Background(), h, nil)
 }
