@@ -5,11 +5,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -65,7 +62,7 @@ type common struct {
 	devices     multi
 	noModprobe  bool
 	lockFile    string
-	kubelet     socketFlag
+	kubelet     podresources.SocketFlag
 	vmGPUs      string
 	pciIDs      string
 	classes     multi
@@ -100,34 +97,18 @@ func (c *common) split() (v vfio.VMGPUs, names map[uint16]string, ok bool, err e
 	return v, names, true, nil
 }
 
-// socketFlag is the kubelet PodResources socket flag, remembering whether
-// it was given: one given explicitly must exist, the default may be absent
-// (a host without a kubelet).
-type socketFlag struct {
-	path string
-	set  bool
-}
-
-func (f *socketFlag) String() string     { return f.path }
-func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
-
 // allocations asks the kubelet which functions pods hold; nil when there
 // is no kubelet to ask (the default socket absent, or --pod-resources-socket="").
 func (c *common) allocations(env *shell.Env) (vfio.Allocations, func(), error) {
-	socket := c.kubelet.path
-	if socket == "" {
-		return nil, func() {}, nil
-	}
-	if _, err := os.Stat(socket); err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !c.kubelet.set {
-			env.Log.V(1).Info("No kubelet PodResources socket: only processes and interfaces count as users", "socket", socket)
-			return nil, func() {}, nil
-		}
-		return nil, nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
-	}
-	client, err := podresources.New(socket, time.Second)
+	client, err := c.kubelet.Open(time.Second)
 	if err != nil {
 		return nil, nil, err
+	}
+	if client == nil {
+		if c.kubelet.Path() != "" {
+			env.Log.V(1).Info("No kubelet PodResources socket: only processes and interfaces count as users", "socket", c.kubelet.Path())
+		}
+		return nil, func() {}, nil
 	}
 	return func(ctx context.Context) (map[string][]podresources.Holder, error) {
 			return podresources.Holders(ctx, client)
@@ -154,7 +135,7 @@ func (c *common) register(fs *flag.FlagSet, selection bool) {
 		fs.Var(&c.devices, "device", "select a PCI function by address (repeatable)")
 		fs.BoolVar(&c.noModprobe, "no-modprobe", false, "never load vfio-pci or a variant module (none is loaded either under roots other than the running kernel's)")
 		fs.StringVar(&c.lockFile, "lock-file", "auto", "host-wide lock held while changing drivers (auto: "+defaultLockFile+" when --sysfs-root is /sys; empty: none)")
-		c.kubelet.path = names.PodResourcesSocket
+		c.kubelet = podresources.NewSocketFlag(names.PodResourcesSocket)
 		fs.Var(&c.kubelet, "pod-resources-socket", "the kubelet's PodResources socket: functions allocated to pods count as in use (empty: ask no kubelet)")
 	}
 }

@@ -5,11 +5,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -54,23 +51,13 @@ func ProgramOn(k hostroots.Kernel) *shell.Program {
 type common struct {
 	kernel                   hostroots.Kernel
 	config, nodeName, runDir string
-	podResources             socketFlag
+	podResources             podresources.SocketFlag
 }
-
-// socketFlag is the PodResources socket flag, remembering whether it was
-// given: a socket given explicitly must exist, the default may be absent.
-type socketFlag struct {
-	path string
-	set  bool
-}
-
-func (f *socketFlag) String() string     { return f.path }
-func (f *socketFlag) Set(v string) error { f.path, f.set = v, true; return nil }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "vGPU config file (default: the built-in default config)")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (seeds the stable vGPU UUIDs; default $NODE_NAME, else the host name)")
-	c.podResources.path = names.PodResourcesSocket
+	c.podResources = podresources.NewSocketFlag(names.PodResourcesSocket)
 	fs.Var(&c.podResources, "pod-resources-socket",
 		"the kubelet's PodResources socket: vGPUs allocated to pods count as in use (empty: ask no kubelet)")
 	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
@@ -116,19 +103,15 @@ type node struct {
 // explicitly must exist. close releases the kubelet connection.
 func (c *common) open(env *shell.Env) (*node, error) {
 	n := &node{host: host.New(hostroots.On(env.Roots, c.kernel)), close: func() {}}
-	socket := c.podResources.path
-	if socket == "" {
-		return n, nil
-	}
-	if _, err := os.Stat(socket); errors.Is(err, fs.ErrNotExist) && !c.podResources.set {
-		env.Log.Info("No kubelet PodResources socket: only processes holding a vGPU count as its users", "socket", socket)
-		return n, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("kubelet PodResources socket %s: %w", socket, err)
-	}
-	client, err := podresources.New(socket, time.Second)
+	client, err := c.podResources.Open(time.Second)
 	if err != nil {
 		return nil, err
+	}
+	if client == nil {
+		if c.podResources.Path() != "" {
+			env.Log.Info("No kubelet PodResources socket: only processes holding a vGPU count as its users", "socket", c.podResources.Path())
+		}
+		return n, nil
 	}
 	n.allocated, n.close = vgpu.PodResourcesAllocated{Pods: client}, func() { _ = client.Close() }
 	return n, nil
