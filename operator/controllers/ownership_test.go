@@ -82,18 +82,35 @@ func TestStateOwnedByTheNodeIsAdopted(t *testing.T) {
 	c := testClient(t)
 	ctx := context.Background()
 	setPolicy(t, c, sandboxOn("vm-passthrough"))
-	newNode(t, c, "upgraded", nil)
+	// The node as the earlier operator left it: labelled for its operands,
+	// which are running and ready.
+	operands := []string{names.KubeVirtDevicePlugin, names.Validator, names.VFIOManager}
+	deploy := map[string]string{}
+	for _, o := range operands {
+		deploy[names.DeployLabel(o)] = "true"
+	}
+	newNode(t, c, "upgraded", deploy)
+	readyOperands(t, c, "upgraded", operands...)
 	node := getNode(t, c, "upgraded")
 	old := &v1alpha1.SandboxGPUNode{ObjectMeta: metav1.ObjectMeta{Name: "upgraded"}}
 	require.NoError(t, controllerutil.SetControllerReference(node, old, testScheme))
 	require.NoError(t, c.Create(ctx, old))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), old) })
 	since := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 	old.Status = v1alpha1.SandboxGPUNodeStatus{WorkloadConfig: "vm-passthrough", AppliedConfig: "vm-passthrough", State: v1alpha1.StateReady, Since: &since}
 	require.NoError(t, c.Status().Update(ctx, old))
 
 	startOperator(t, newClock())
-	st := waitState(t, c, "upgraded", "adopted", func(s *v1alpha1.SandboxGPUNode) bool { return s.Labels[NodeUIDLabel] == string(node.UID) })
+	waitState(t, c, "upgraded", "adopted", func(s *v1alpha1.SandboxGPUNode) bool { return s.Labels[NodeUIDLabel] == string(node.UID) })
+	// What is checked is the state after a reconcile that follows the
+	// adoption, not the instant of adoption (a step would come after it).
+	mid := reconciles(t, nodeControllerName)
+	setNodeLabel(t, c, "upgraded", "unrelated.example/touch", "1")
+	testutil.Eventually(t, wait, "the touched node reconciled", func() bool { return reconciles(t, nodeControllerName) >= mid+1 })
+	st := nodeState(c, "upgraded")
+	require.NotNil(t, st)
 	assert.Equal(t, old.UID, st.UID, "the same object")
+	assert.Equal(t, v1alpha1.StateReady, st.Status.State, "still ready: %s", st.Status.Message)
 	assert.True(t, metav1.IsControlledBy(st, policyObject(t)))
 	assert.Len(t, st.OwnerReferences, 1)
 	assert.Equal(t, "vm-passthrough", st.Status.AppliedConfig, "the applied config is kept")
