@@ -101,7 +101,7 @@ func Apply(ctx context.Context, h HostView, plan *Plan, o ApplyOptions) *Result 
 		}
 	}
 	wg.Wait()
-	now, err := Inventory(h, plan.opts.TypeNames)
+	now, err := inventory(h, plan.opts)
 	if err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("failed: read the GPUs after applying: %v", err))
 	}
@@ -206,7 +206,7 @@ func precheck(ctx context.Context, h HostView, allocated Allocated, gp *GPUPlan)
 // replan reads the GPU again once its VFs are enabled, resolves the config
 // against what it now offers and plans the creates.
 func replan(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) ([]Step, string) {
-	gpus, err := Inventory(h, plan.opts.TypeNames)
+	gpus, err := inventory(h, plan.opts)
 	if err != nil {
 		return nil, "failed: read the GPU after enabling its VFs: " + err.Error()
 	}

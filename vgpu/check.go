@@ -22,7 +22,7 @@ type usage struct {
 // survey reads what a plan starts from: the host's NVIDIA GPUs with their
 // vGPUs and VFs, and who uses them.
 func survey(ctx context.Context, h HostView, o Options) ([]*GPU, *usage, error) {
-	gpus, err := Inventory(h, o.TypeNames)
+	gpus, err := inventory(h, o)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -45,6 +45,8 @@ type GPU struct {
 	// named by (the driver's lists now, then what the TypeNamer knows:
 	// remembered, or NVML's); nil for other backends.
 	Names map[int]string
+
+	mdevNames map[string]string // Parent.Types of a parent that is no NVIDIA GPU
 }
 
 // Describe names the GPU in messages: "GPU 0 (0000:3b:00.0, 10de:2236)".
@@ -93,9 +95,28 @@ type TypeNamesFunc func(gpu host.Address) (map[int]string, error)
 // TypeNames calls f.
 func (f TypeNamesFunc) TypeNames(gpu host.Address) (map[int]string, error) { return f(gpu) }
 
+// Parent is an mdev or SR-IOV parent that is no NVIDIA GPU, taken as one
+// (Options.Parents).
+type Parent struct {
+	// Name is its PCI address, or its name under /sys/class/mdev_bus (the
+	// kernel's mtty sample driver is no PCI function).
+	Name host.Address
+	// Types names its mdev types (its VFs' too), by type id, as the vGPU
+	// types they stand for ("mtty-2": "A10-2Q"); a type it leaves out is not
+	// offered, and an mdev of such a type is a vGPU nobody names. nil: the
+	// last word of each type's name, as for NVIDIA's.
+	Types map[string]string
+}
+
 // Inventory reads every NVIDIA GPU's vGPU state; names may be nil. It
 // changes nothing.
 func Inventory(h HostView, names TypeNamer) ([]*GPU, error) {
+	return inventory(h, Options{TypeNames: names})
+}
+
+// inventory reads the NVIDIA GPUs, then o.Parents, in order.
+func inventory(h HostView, o Options) ([]*GPU, error) {
+	names := o.TypeNames
 	snap, err := h.Scan()
 	if err != nil {
 		return nil, err
@@ -110,6 +131,16 @@ func Inventory(h HostView, names TypeNamer) ([]*GPU, error) {
 			continue
 		}
 		g := &GPU{Index: len(gpus), Address: f.Address, ID: vgpuconfig.DeviceID{Device: f.Device, Vendor: f.Vendor}, TotalVFs: f.SRIOVTotalVFs, VFs: f.VirtFns}
+		if err := readGPU(h, g, mdevs, names); err != nil {
+			return nil, fmt.Errorf("%s: %w", g.Describe(), err)
+		}
+		gpus = append(gpus, g)
+	}
+	for _, p := range o.Parents {
+		g := &GPU{Index: len(gpus), Address: p.Name, mdevNames: p.Types}
+		if f, ok := snap.Function(p.Name); ok {
+			g.ID, g.TotalVFs, g.VFs = vgpuconfig.DeviceID{Device: f.Device, Vendor: f.Vendor}, f.SRIOVTotalVFs, f.VirtFns
+		}
 		if err := readGPU(h, g, mdevs, names); err != nil {
 			return nil, fmt.Errorf("%s: %w", g.Describe(), err)
 		}
@@ -163,8 +194,12 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 	}
 	count := map[string]int{}
 	for _, m := range mdevs {
-		if parents[m.Parent] {
-			v := VGPU{ID: m.UUID, Type: host.ShortTypeName(m.TypeName), TypeID: m.TypeID, Parent: m.Parent}
+		parent := m.Parent
+		if parent == "" {
+			parent = host.Address(m.ParentName) // no PCI function: the mdev_bus name
+		}
+		if parents[parent] {
+			v := VGPU{ID: m.UUID, Type: g.mdevTypeName(m.TypeID, m.TypeName), TypeID: m.TypeID, Parent: parent}
 			g.VGPUs = append(g.VGPUs, v)
 			count[v.Type]++
 		}
@@ -172,7 +207,7 @@ func readMdevGPU(g *GPU, byParent map[host.Address][]host.MdevType, mdevs []host
 	seen := map[string]int{} // name -> index in g.Types
 	for _, p := range sortedAddrs(byParent) {
 		for _, mt := range byParent[p] {
-			name := host.ShortTypeName(mt.Name)
+			name := g.mdevTypeName(mt.ID, mt.Name)
 			tn, err := vgpuconfig.ParseTypeName(name)
 			if err != nil {
 				continue // not a vGPU type name NVIDIA's configs could select
@@ -262,6 +297,15 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 	}
 	sortTypes(g.Types)
 	return nil
+}
+
+// mdevTypeName is the short vGPU type name of an mdev type: the last word
+// of its name, or what Parent.Types says for a parent that is no NVIDIA GPU.
+func (g *GPU) mdevTypeName(id, name string) string {
+	if g.mdevNames != nil {
+		return g.mdevNames[id]
+	}
+	return host.ShortTypeName(name)
 }
 
 // capByVFs caps a capacity at the VF count (one vGPU per VF); an unknown

@@ -18,6 +18,13 @@ type Options struct {
 	// Allocated tells which vGPUs pods hold; nil when there is no kubelet
 	// to ask (a host-side run): only open device nodes count then.
 	Allocated Allocated
+	// Parents are taken as GPUs after NVIDIA's, in order, and go through
+	// the same plan, apply and in-use checks. The product sets none: on an
+	// NVIDIA host no other parent is the manager's to change. No device
+	// QEMU emulates carries NVIDIA's vendor id, so test/realkernel names
+	// the kernel's mtty sample mdev driver and QEMU's SR-IOV NVMe
+	// controller here to run plan and apply on a real kernel.
+	Parents []Parent
 	// TypeNames names vendor-VFIO type ids the driver no longer lists
 	// (TypeMemory, which Run keeps in its run folder and which learns
 	// every name the driver lists; NVML behind it); nil for none.

@@ -9,7 +9,10 @@
 // tests of package guest (one static test binary) against the kernel's mtty sample mdev driver
 // and QEMU's SR-IOV NVMe controller: package vgpu's own create, remove, enable-vfs and
 // disable-vfs steps (vgpu.Step.Apply) over the host model, with the in-use check before every
-// write that would block under a held device.
+// write that would block under a held device, and its whole pass (vgpu.PlanConfig, then
+// vgpu.Apply) with the inventory taking mtty and the NVMe controller as GPUs
+// (vgpu.Options.Parents): create, a second pass with no write, a change refused whole while a
+// vGPU it removes is held and applied after, and VFs enabled through the plan.
 //
 // The kernel, its modules, the mtty driver built for it, QEMU and busybox come from
 // hack/fetch-kernel.sh; without them the tests fail naming it (testutil.MissingPeer).
