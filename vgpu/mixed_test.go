@@ -26,6 +26,9 @@ vgpu-configs:
   one-size:
   - devices: all
     vgpu-devices: {"A10-4Q": 2}
+  full:
+  - devices: all
+    vgpu-devices: {"A10-4Q": 6}
 `
 
 // a10Layouts are the A10 vGPU layouts the tests run on: the a10-vgpu
@@ -171,5 +174,71 @@ func TestMixedSizesThatDoNotPlaceAreRefused(t *testing.T) {
 			assert.Equal(t, vfsBefore, vfCount(t, h, gpu))
 			assert.Empty(t, k.Violations())
 		})
+	}
+}
+
+// TestRefusedMixedChangePutsBackWhatItRemoved: on a full equal-size A10
+// (six A10-4Q: nothing tells the mode) the seeds' config keeps three,
+// removes three and finds, before its first create, that A10-6Q cannot
+// join them; the three removed are created again, same UUIDs or VFs, and
+// the GPU holds what it held.
+func TestRefusedMixedChangePutsBackWhatItRemoved(t *testing.T) {
+	for _, layout := range a10Layouts {
+		t.Run(layout, func(t *testing.T) {
+			k, h, gpu := a10Host(t, layout, false)
+			cfg := parse(t, seedsConfig)
+			require.True(t, apply(t, h, cfg, "full", Options{}, ApplyOptions{}).OK())
+			before := state(t, h)
+			res := apply(t, h, cfg, "custom-A10-config", Options{SizeModes: &SizeModes{}}, ApplyOptions{})
+			require.False(t, res.OK())
+			require.Len(t, res.Refused, 1)
+			assert.Contains(t, res.Refused[0].Reason, "equal-size vGPU mode")
+			var ops []Op
+			for _, s := range res.GPUs[0].Done {
+				ops = append(ops, s.Op)
+			}
+			assert.Equal(t, []Op{OpRemove, OpRemove, OpRemove, OpCreate, OpCreate, OpCreate}, ops, "three removed, none of the other size created, three put back")
+			assert.Equal(t, before, state(t, h))
+			assert.Equal(t, map[string]int{"A10-4Q": 6}, countsOf(t, h)[gpu])
+			assert.Empty(t, k.Violations())
+		})
+	}
+}
+
+// TestMixedSizesOnVendorVFIO: on vendor-specific VFIO cards (two L40S) the
+// same rules hold through creatable_vgpu_types and current_vgpu_type: in
+// mixed-size mode two sizes apply on each GPU; in equal-size mode each GPU
+// is refused after one vGPU and left with its VFs disabled, as it was.
+func TestMixedSizesOnVendorVFIO(t *testing.T) {
+	cfg := parse(t, "version: v1\nvgpu-configs:\n  two:\n  - devices: all\n    vgpu-devices: {\"L40S-24Q\": 1, \"L40S-8Q\": 3}\n")
+	for _, mixed := range []bool{true, false} {
+		fx, err := hostsim.Lookup("l40s-vgpu")
+		require.NoError(t, err)
+		for i := range fx.VGPUs {
+			fx.VGPUs[i].MixedSize = mixed
+		}
+		k, err := fx.Build(t.TempDir())
+		require.NoError(t, err)
+		h := hostOf(k)
+		res := apply(t, h, cfg, "two", Options{SizeModes: &SizeModes{}}, ApplyOptions{})
+		for _, c := range fx.VGPUs {
+			a := host.Address(c.PF)
+			if mixed {
+				assert.Equal(t, map[string]int{"L40S-24Q": 1, "L40S-8Q": 3}, countsOf(t, h)[a])
+				continue
+			}
+			assert.Empty(t, countsOf(t, h)[a])
+			assert.Zero(t, vfCount(t, h, a))
+		}
+		if mixed {
+			require.True(t, res.OK(), "%v", res.Refused)
+			continue
+		}
+		require.Len(t, res.Refused, 2)
+		for _, r := range res.Refused {
+			assert.Contains(t, r.Reason, "equal-size vGPU mode")
+			assert.Contains(t, r.Reason, `"L40S-8Q: 6"`)
+		}
+		assert.Empty(t, k.Violations())
 	}
 }
