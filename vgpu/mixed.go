@@ -22,7 +22,11 @@ import (
 // nvmlDeviceGetVgpuTypeCreatablePlacements; nvmlVgpuPlacementList_v2_t's
 // placementSize is the slots a type occupies; NVIDIA AI Enterprise,
 // "Heterogeneous vGPU"), and what sysfs shows follows: available_instances
-// and creatable_vgpu_types name a type only while a placement fits it.
+// and creatable_vgpu_types name a type only while a placement fits it. The
+// manager writes no placement id: the driver picks one at each create.
+// Sources: https://docs.nvidia.com/deploy/nvml-api/group__nvmlVirtualGpuQueries.html,
+// https://docs.nvidia.com/deploy/nvml-api/structnvmlVgpuPlacementList__v2__t.html,
+// https://docs.nvidia.com/ai-enterprise/release-8/latest/infra-software/vgpu/features/heterogeneous-vgpu.html.
 //
 // The manager cannot ask NVML (the shipped binary is CGO_ENABLED=0), and no
 // sysfs file names the mode, so it reads the mode from the driver's lists:
