@@ -3,12 +3,15 @@ package vgpu
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
 )
 
 // seedsConfig is the seeds' own example (section 10.8): two sizes on one
@@ -241,4 +244,27 @@ func TestMixedSizesOnVendorVFIO(t *testing.T) {
 		}
 		assert.Empty(t, k.Violations())
 	}
+}
+
+// TestRunRemembersAnEqualSizeGPU: the node's manager refuses the seeds'
+// config on an equal-size A10 once (a Warning event names the reason), and
+// its retries, every 100ms, write nothing: it remembers the GPU's mode.
+func TestRunRemembersAnEqualSizeGPU(t *testing.T) {
+	f := startRun(t, "vgpu-equal-size", "a10-vgpu", map[string]string{names.VGPUConfigLabel: "custom-A10-config"}, time.Hour,
+		func(f *runFixture) {
+			f.retry = 100 * time.Millisecond
+			f.writeConfig(t, seedsConfig)
+		})
+	r := f.waitState(t, "custom-A10-config", StateFailed)
+	require.Len(t, r.Refused, 1)
+	assert.Contains(t, r.Refused[0].Reason, "equal-size vGPU mode")
+	f.waitEvent(t, EventRefused, "equal-size vGPU mode")
+	f.k.ResetWrites()
+	_, n := f.last()
+	testutil.Eventually(t, waitFor, "three more passes", func() bool {
+		_, m := f.last()
+		return m >= n+3
+	})
+	assert.Empty(t, f.k.Writes(), "no probe again")
+	assert.Empty(t, r.GPUs[0].VGPUs)
 }
