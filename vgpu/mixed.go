@@ -264,8 +264,10 @@ func checkMixedCreate(h HostView, plan *Plan, gp *GPUPlan, s Step) string {
 		switch {
 		case mode == modeEqual:
 			return equalSizeRefusal(g, gp.Want)
-		case !ok:
+		case !ok && mode == modeMixed:
 			return placementRefusal(g, gp.Want, s.Type)
+		case !ok:
+			return unknownModeRefusal(g, gp.Want, s.Type)
 		}
 		return ""
 	}
@@ -367,4 +369,12 @@ func placementRefusal(g *GPU, want map[string]int, typ string) string {
 	return fmt.Sprintf("failed: %s in mixed-size vGPU mode has no free placement for %s: the driver places each vGPU at a framebuffer offset aligned to its size, and %s do not fit together there; the GPU is left as it was. "+
 		"Use sizes that fit the placements (fewer or smaller vGPUs), or one size (for example %q)",
 		describeProduct(g), typ, wantSizes(g, want), oneSize(g, want))
+}
+
+// unknownModeRefusal: a type is not offered and the lists do not tell the
+// mode (no type smaller than the one size held divides it).
+func unknownModeRefusal(g *GPU, want map[string]int, typ string) string {
+	return fmt.Sprintf("failed: %s does not offer %s next to the vGPUs of another size it holds: either it is in equal-size vGPU mode (NVIDIA's default), or in mixed-size mode %s do not fit its placements; the GPU is left as it was. "+
+		"Use one size (for example %q), or enable mixed-size mode while the GPU holds no vGPU (vGPU 17 or later: `nvidia-smi vgpu -i %s -shm 1`) with sizes that fit",
+		describeProduct(g), typ, wantSizes(g, want), oneSize(g, want), g.Address)
 }

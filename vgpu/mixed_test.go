@@ -268,3 +268,28 @@ func TestRunRemembersAnEqualSizeGPU(t *testing.T) {
 	assert.Empty(t, f.k.Writes(), "no probe again")
 	assert.Empty(t, r.GPUs[0].VGPUs)
 }
+
+// TestModeNotShownIsRefusedNamingBothReasons: on a GPU whose types have no
+// smaller size dividing the one held (5 and 4 GB), the lists cannot tell
+// equal-size mode from a full placement; in equal-size mode the second
+// size is refused naming both possible reasons and the two vGPUs created
+// go again; in mixed-size mode the same config applies.
+func TestModeNotShownIsRefusedNamingBothReasons(t *testing.T) {
+	cfg := parse(t, "version: v1\nvgpu-configs:\n  two:\n  - devices: all\n    vgpu-devices: {\"X1-5Q\": 2, \"X1-4Q\": 2}\n")
+	for _, mixed := range []bool{false, true} {
+		k := customHost(t, 0x1234, hostsim.VGPUCard{PF: "0000:3b:00.0", Mode: hostsim.MdevPF, FramebufferGB: 20, MixedSize: mixed,
+			Types: []hostsim.VGPUType{{ID: 900, Name: "NVIDIA X1-5Q", SizeGB: 5}, {ID: 901, Name: "NVIDIA X1-4Q", SizeGB: 4}}})
+		h := hostOf(k)
+		res := apply(t, h, cfg, "two", Options{SizeModes: &SizeModes{}}, ApplyOptions{})
+		if mixed {
+			require.True(t, res.OK(), "%v", res.Refused)
+			assert.Equal(t, map[string]int{"X1-5Q": 2, "X1-4Q": 2}, countsOf(t, h)["0000:3b:00.0"])
+			continue
+		}
+		require.Len(t, res.Refused, 1)
+		assert.Contains(t, res.Refused[0].Reason, "does not offer X1-4Q next to the vGPUs of another size it holds: either it is in equal-size vGPU mode")
+		assert.Contains(t, res.Refused[0].Reason, "NVIDIA X1")
+		assert.Equal(t, []string{"X1-5Q", "X1-5Q"}, creates(res.GPUs[0].Done))
+		assert.Empty(t, countsOf(t, h)["0000:3b:00.0"])
+	}
+}
