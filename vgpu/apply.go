@@ -131,6 +131,16 @@ func applyGPU(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) (done []
 	steps := gp.Steps
 	for i := 0; i < len(steps); i++ {
 		s := steps[i]
+		if s.Op == OpCreate && gp.mixed {
+			if why := checkMixedCreate(h, plan, gp, s); why != "" {
+				undone, err := undo(ctx, h, plan.opts.Allocated, done)
+				done = append(done, undone...)
+				if err != nil {
+					why += "; and it could not be left as it was: " + err.Error()
+				}
+				return done, why
+			}
+		}
 		if s.Op == OpCreate && s.onVF() {
 			learnVF(h, plan.opts.TypeNames, gp.GPU.Address, host.Address(s.ID))
 		}
@@ -140,6 +150,14 @@ func applyGPU(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) (done []
 		done = append(done, s)
 		if s.Op == OpEnableVFs {
 			more, refused := replan(ctx, h, plan, gp)
+			if refused != "" && gp.mixed {
+				// Refused for its mode: the VFs this pass enabled go again.
+				undone, err := undo(ctx, h, plan.opts.Allocated, done)
+				done = append(done, undone...)
+				if err != nil {
+					refused += "; and it could not be left as it was: " + err.Error()
+				}
+			}
 			if refused != "" {
 				return done, refused
 			}
@@ -226,6 +244,11 @@ func replan(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) ([]Step, s
 			return nil, "in use: cannot tell: " + err.Error()
 		}
 		steps, refused := planGPU(g, r.want, plan.opts.NodeName, u)
+		if gp.mixed = mixes(g, r.want); gp.mixed && refused == "" {
+			if why := refuseEqualSize(h, g, r.want, plan.opts.SizeModes); why != "" {
+				return nil, why
+			}
+		}
 		for _, s := range steps {
 			if s.Op == OpEnableVFs || s.Op == OpDisableVFs {
 				return nil, fmt.Sprintf("failed: %s: VFs still not enabled after writing sriov_numvfs", g.Describe())

@@ -25,7 +25,8 @@ func TestSelectUnknownConfigPlansNothing(t *testing.T) {
 }
 
 // TestHostValidation: a type a GPU cannot host, too many instances, mixed
-// sizes, a GPU without the vGPU host driver: exit-1 errors naming the
+// sizes over the framebuffer, a MIG-backed type, a GPU without the vGPU
+// host driver: exit-1 errors naming the
 // config, the key and the GPU, and nothing is changed.
 func TestHostValidation(t *testing.T) {
 	for _, c := range []struct {
@@ -33,7 +34,8 @@ func TestHostValidation(t *testing.T) {
 	}{
 		{"a10-vgpu", "{A100-10C: 1}", "vgpu-configs.bad[0].vgpu-devices.A100-10C", "this GPU cannot host A100-10C; it can host A10-4C, A10-6C"},
 		{"a10-vgpu", "{A10-4Q: 7}", "vgpu-configs.bad[0].vgpu-devices.A10-4Q", "asks for 7 vGPUs of size 4 GB; this GPU holds at most 6 (from mdev description)"},
-		{"a10-vgpu", "{A10-4Q: 2, A10-8Q: 1}", "vgpu-configs.bad[0].vgpu-devices", "mixes framebuffer sizes (4 GB: A10-4Q; 8 GB: A10-8Q)"},
+		{"a10-vgpu", "{A10-12Q: 1, A10-8Q: 2}", "vgpu-configs.bad[0].vgpu-devices", "asks for 28 GB of vGPUs (A10-12Q (12 GB) x1, A10-8Q (8 GB) x2); this GPU has 24 GB"},
+		{"a100-sriov-vgpu", "{A100-1-5C: 2}", "vgpu-configs.bad[0].vgpu-devices.A100-1-5C", "A100-1-5C is a MIG-backed vGPU type: it needs the GPU in MIG mode (nvidia-smi -i 0000:41:00.0 -mig 1) with a GPU instance of 1 slices"},
 		{"a100-sriov-vgpu", "{A100-10C: 5}", "vgpu-configs.bad[0].vgpu-devices.A100-10C", "holds at most 4 (from catalog)"},
 		{"a100-sriov-vgpu", "{A10-4Q: 1}", "vgpu-configs.bad[0].vgpu-devices.A10-4Q", "it can host A100-4C, A100-5C"},
 		{"l40s-vgpu", "{L40S-1Q: 33}", "vgpu-configs.bad[0].vgpu-devices.L40S-1Q", "holds at most 32 (from catalog)"},

@@ -29,6 +29,9 @@ type Options struct {
 	// (TypeMemory, which Run keeps in its run folder and which learns
 	// every name the driver lists; NVML behind it); nil for none.
 	TypeNames TypeNamer
+	// SizeModes remembers the GPUs found in equal-size vGPU mode (Run
+	// keeps one for its life); nil for none.
+	SizeModes *SizeModes
 }
 
 // Op is the kind of a step.
@@ -69,6 +72,7 @@ type GPUPlan struct {
 	Refused  string         // non-empty: the GPU is left exactly as it is
 	Deferred bool           // types are checked once the VFs are enabled (a model the catalog lacks)
 
+	mixed   bool               // Want mixes framebuffer sizes: each create checks the GPU's mode first
 	entries []vgpuconfig.Entry // the config's entries, to resolve again once VFs exist
 }
 
@@ -129,6 +133,11 @@ func PlanConfig(ctx context.Context, h HostView, cfg *vgpuconfig.Config, selecte
 		gp := &GPUPlan{GPU: g, Managed: r.managed, Entry: r.entry, Want: r.want, Deferred: r.deferred, entries: entries}
 		if r.managed {
 			gp.Steps, gp.Refused = planGPU(g, r.want, o.NodeName, u)
+			if gp.mixed = mixes(g, r.want); gp.mixed && len(gp.Steps) > 0 {
+				if why := refuseEqualSize(h, g, r.want, o.SizeModes); why != "" {
+					gp.Steps, gp.Refused = nil, why
+				}
+			}
 		}
 		p.GPUs = append(p.GPUs, gp)
 	}
@@ -153,7 +162,7 @@ func planGPU(g *GPU, want map[string]int, node string, u *usage) ([]Step, string
 			return nil, ""
 		}
 		step(Step{Op: OpEnableVFs, VFs: g.TotalVFs})
-		for _, t := range sortedKeys(want) {
+		for _, t := range createOrder(g, want) {
 			for i := 0; i < want[t]; i++ {
 				step(Step{Op: OpCreate, Type: t})
 			}
@@ -165,7 +174,7 @@ func planGPU(g *GPU, want map[string]int, node string, u *usage) ([]Step, string
 		// wait for every VF; with no vGPU on any VF, start over.
 		step(Step{Op: OpDisableVFs})
 		step(Step{Op: OpEnableVFs, VFs: g.TotalVFs})
-		for _, t := range sortedKeys(want) {
+		for _, t := range createOrder(g, want) {
 			for i := 0; i < want[t]; i++ {
 				step(Step{Op: OpCreate, Type: t})
 			}
@@ -235,9 +244,9 @@ func stableSlot(node string, gpu host.Address, id string, n int) (int, bool) {
 	return 0, false
 }
 
-// creations lists the creates that bring the kept vGPUs up to want:
-// stable-UUID slots not taken by a kept vGPU for mdevs, free VFs in VF
-// order for SR-IOV GPUs.
+// creations lists the creates that bring the kept vGPUs up to want,
+// largest size first: stable-UUID slots not taken by a kept vGPU for
+// mdevs, free VFs in VF order for SR-IOV GPUs.
 func creations(g *GPU, want map[string]int, keep, remove []VGPU, node string) []Step {
 	kept, taken, usedVF := map[string]int{}, map[string]bool{}, map[host.Address]bool{}
 	for _, v := range keep {
@@ -253,7 +262,7 @@ func creations(g *GPU, want map[string]int, keep, remove []VGPU, node string) []
 	}
 	var out []Step
 	slot := 0
-	for _, t := range sortedKeys(want) {
+	for _, t := range createOrder(g, want) {
 		ti, _ := g.typeInfo(t)
 		for i := kept[t]; i < want[t]; i++ {
 			s := Step{Op: OpCreate, Type: t, TypeID: ti.ID, Parent: g.Address}

@@ -29,9 +29,12 @@ type resolved struct {
 //     entry with a device-filter none of whose types the GPU can host is
 //     skipped when another entry applies to the GPU;
 //   - a GPU no entry applies to is left as it is;
-//   - the winning entry must name only types the GPU can host, of one
-//     framebuffer size (NVIDIA's default, non-heterogeneous mode), and at
-//     most as many vGPUs as the GPU holds.
+//   - the winning entry must name only time-sliced types the GPU can host
+//     (MIG-backed types, A100-1-5C, need MIG mode and GPU instances, which
+//     the manager does not set up) and at most as many vGPUs as the GPU
+//     holds: of each size, in all, and in framebuffer. Sizes may mix: the
+//     GPU's mode (equal-size or mixed-size) and its placements decide at
+//     plan and apply time (mixed.go).
 //
 // Any violation is a vgpuconfig.Error naming the config, the key and the GPU.
 func resolve(file, config string, entries []vgpuconfig.Entry, g *GPU) (resolved, error) {
@@ -79,6 +82,9 @@ func resolve(file, config string, entries []vgpuconfig.Entry, g *GPU) (resolved,
 	}
 	types := sortedKeys(e.VGPUs)
 	for _, t := range types {
+		if tn, err := vgpuconfig.ParseTypeName(t); err == nil && tn.GPUInstance > 0 {
+			return r, fail(key+"."+t, "%s is a MIG-backed vGPU type: it needs the GPU in MIG mode (nvidia-smi -i %s -mig 1) with a GPU instance of %d slices created for each vGPU (nvidia-smi mig -cgi), which this manager does not set up; use a time-sliced type (%s-%d%s) instead", t, g.Address, tn.GPUInstance, tn.Product, tn.SizeGB, tn.Series)
+		}
 		if _, ok := g.typeInfo(t); ok {
 			continue
 		}
@@ -87,26 +93,45 @@ func resolve(file, config string, entries []vgpuconfig.Entry, g *GPU) (resolved,
 		}
 		return r, fail(key+"."+t, "this GPU cannot host %s; it can host %s", t, strings.Join(g.typeNames(), ", "))
 	}
-	total, sizes := 0, map[int][]string{}
+	total, gb, sizes := 0, 0, map[int][]string{}
 	for _, t := range types {
 		ti, _ := g.typeInfo(t)
 		total += e.VGPUs[t]
+		gb += e.VGPUs[t] * ti.SizeGB
 		sizes[ti.SizeGB] = append(sizes[ti.SizeGB], t)
 	}
-	if len(sizes) > 1 {
-		var parts []string
-		for _, gb := range sortedInts(sizes) {
-			parts = append(parts, fmt.Sprintf("%d GB: %s", gb, strings.Join(sizes[gb], ", ")))
+	for _, size := range sortedInts(sizes) {
+		n := 0
+		for _, t := range sizes[size] {
+			n += e.VGPUs[t]
 		}
-		return r, fail(key, "mixes framebuffer sizes (%s): a GPU hosts vGPUs of one size at a time", strings.Join(parts, "; "))
+		ti, _ := g.typeInfo(sizes[size][0])
+		if ti.Max > 0 && n > ti.Max {
+			return r, fail(key+"."+sizes[size][0], "asks for %d vGPUs of size %d GB; this GPU holds at most %d (from %s)", n, ti.SizeGB, ti.Max, ti.MaxFrom)
+		}
 	}
-	if len(types) > 0 {
-		ti, _ := g.typeInfo(types[0])
-		if ti.Max > 0 && total > ti.Max {
-			return r, fail(key+"."+types[0], "asks for %d vGPUs of size %d GB; this GPU holds at most %d (from %s)", total, ti.SizeGB, ti.Max, ti.MaxFrom)
+	if len(sizes) > 1 {
+		if fb := framebufferGB(g); fb > 0 && gb > fb {
+			return r, fail(key, "asks for %d GB of vGPUs (%s); this GPU has %d GB", gb, wantSizes(g, e.VGPUs), fb)
+		}
+		if vfs := max(g.TotalVFs, len(g.VFs)); g.Backend != BackendMdev && vfs > 0 && total > vfs {
+			return r, fail(key, "asks for %d vGPUs; this GPU holds at most %d (one per VF)", total, vfs)
 		}
 	}
 	return r, nil
+}
+
+// framebufferGB is the GPU's framebuffer as its types' capacities show it
+// (size times how many the GPU holds alone, the largest such product),
+// 0 when no capacity is known beyond the VF count.
+func framebufferGB(g *GPU) int {
+	fb := 0
+	for _, t := range g.Types {
+		if t.MaxFrom != "VFs" {
+			fb = max(fb, t.SizeGB*t.Max)
+		}
+	}
+	return fb
 }
 
 func sortedInts[V any](m map[int]V) []int {

@@ -158,6 +158,8 @@ type runner struct {
 	// in typesFile as it learns.
 	types     *TypeMemory
 	typesFile string
+	// modes remembers the GPUs found in equal-size vGPU mode.
+	modes SizeModes
 }
 
 // pass applies the selected config once and reports the outcome.
@@ -190,7 +192,7 @@ func (r *runner) pass(ctx context.Context) (state string) {
 	cfg, err := vgpuconfig.Load(r.o.ConfigFile)
 	var plan *Plan
 	if err == nil {
-		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.types})
+		plan, err = PlanConfig(ctx, r.o.Host, cfg, selected, Options{NodeName: r.o.NodeName, Allocated: r.o.Allocated, TypeNames: r.types, SizeModes: &r.modes})
 	}
 	if err != nil {
 		rep.Error = err.Error()

@@ -40,9 +40,20 @@ type VGPUType struct {
 //   - capacity: a type's max instances are FramebufferGB / SizeGB (the
 //     max_instance of its mdev description), counted over the whole GPU
 //     (PF and VFs together), and at most one vGPU per VF;
-//   - one framebuffer size per GPU (NVIDIA's default, non-heterogeneous
-//     mode): while vGPUs exist, types of another size show 0
-//     available_instances and vanish from creatable_vgpu_types;
+//   - equal-size mode (NVIDIA's default; MixedSize false): one
+//     framebuffer size per GPU: while vGPUs exist, types of another size
+//     show 0 available_instances and vanish from creatable_vgpu_types;
+//   - mixed-size mode (MixedSize: what `nvidia-smi vgpu -i <gpu> -shm 1`
+//     or NVML's nvmlDeviceSetVgpuHeterogeneousMode sets on a GPU with no
+//     vGPU, vGPU 17 and later): sizes coexist, subject to placement. The
+//     framebuffer is divided into placements aligned to each size (a
+//     vGPU of S GB starts at a multiple of S GB: NVML's placement ids,
+//     nvmlDeviceGetVgpuTypeCreatablePlacements, whose placementSize is
+//     the slots a type occupies); the driver puts each new vGPU at the
+//     lowest free placement its size fits, and a type is creatable exactly
+//     while such a placement is free, so available_instances counts them
+//     and creatable_vgpu_types lists the type only then (NVML API
+//     reference, vGPU APIs; NVIDIA AI Enterprise "Heterogeneous vGPU");
 //   - available_instances and creatable_vgpu_types shrink as vGPUs are
 //     made; a VF that holds a vGPU shows 0 for every type and an empty
 //     creatable list, and a full card lists nothing on any VF (NVIDIA's
@@ -66,6 +77,9 @@ type VGPUCard struct {
 	Types         []VGPUType
 	TotalVFs      int // SR-IOV modes: sriov_totalvfs
 	VFGroupBase   int // SR-IOV modes: VF i is alone in IOMMU group VFGroupBase+i
+	// MixedSize: the GPU is in mixed-size (heterogeneous) vGPU mode;
+	// false is NVIDIA's default, equal-size mode.
+	MixedSize bool
 }
 
 // Max is the number of vGPUs of t the card holds alone.
@@ -88,6 +102,7 @@ type simCard struct {
 	current map[host.Address]int // vendor VFIO: VF -> type id
 	types   map[int]VGPUType     // by id
 	files   map[string]string    // attribute files as last written (refresh writes only changes)
+	placed  map[string]int       // mixed-size mode: a vGPU's (mdev UUID or VF) first GB
 }
 
 type simMdev struct {
@@ -106,7 +121,7 @@ func (k *Kernel) EnableVGPU(card VGPUCard) error {
 	if err != nil {
 		return fmt.Errorf("vGPU card: %w", err)
 	}
-	c := &simCard{card: card, pf: f, mdevs: map[string]simMdev{}, current: map[host.Address]int{}, types: map[int]VGPUType{}, files: map[string]string{}}
+	c := &simCard{card: card, pf: f, mdevs: map[string]simMdev{}, current: map[host.Address]int{}, types: map[int]VGPUType{}, files: map[string]string{}, placed: map[string]int{}}
 	for _, t := range card.Types {
 		c.types[t.ID] = t
 	}
@@ -144,10 +159,15 @@ func (c *simCard) used() (n, size int) {
 // available is how many more vGPUs of type t the whole card takes now.
 func (c *simCard) available(t VGPUType) int {
 	n, size := c.used()
-	if n > 0 && size != t.SizeGB {
+	var left int
+	switch {
+	case c.card.MixedSize:
+		left = len(c.freePlacements(t))
+	case n > 0 && size != t.SizeGB:
 		return 0
+	default:
+		left = c.card.Max(t) - n
 	}
-	left := c.card.Max(t) - n
 	if c.card.Mode != MdevPF {
 		free := 0
 		for _, vf := range c.vfs {
@@ -158,6 +178,48 @@ func (c *simCard) available(t VGPUType) int {
 		left = min(left, free)
 	}
 	return max(left, 0)
+}
+
+// freePlacements are the first GBs, lowest first, of the free placements
+// of t's size in mixed-size mode: multiples of the size whose whole span
+// no vGPU covers.
+func (c *simCard) freePlacements(t VGPUType) []int {
+	if t.SizeGB <= 0 {
+		return nil
+	}
+	var out []int
+	for start := 0; start+t.SizeGB <= c.card.FramebufferGB; start += t.SizeGB {
+		free := true
+		for key, at := range c.placed {
+			if s := c.sizeOf(key); at < start+t.SizeGB && start < at+s {
+				free = false
+				break
+			}
+		}
+		if free {
+			out = append(out, start)
+		}
+	}
+	return out
+}
+
+// sizeOf is the framebuffer size of the vGPU placed under key.
+func (c *simCard) sizeOf(key string) int {
+	if m, ok := c.mdevs[key]; ok {
+		return c.types[m.typeID].SizeGB
+	}
+	return c.types[c.current[host.Address(key)]].SizeGB
+}
+
+// place puts a new vGPU (key: its mdev UUID or VF) of type t at the lowest
+// free placement, in mixed-size mode; the caller checked available.
+func (c *simCard) place(key string, t VGPUType) {
+	if !c.card.MixedSize {
+		return
+	}
+	if free := c.freePlacements(t); len(free) > 0 {
+		c.placed[key] = free[0]
+	}
 }
 
 func (c *simCard) vfHolds(vf host.Address) bool {

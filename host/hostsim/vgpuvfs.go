@@ -120,6 +120,6 @@ func (k *Kernel) removeVFs(c *simCard) error {
 		c.forget(f.dir)
 		delete(k.funcs, vf)
 	}
-	c.vfs, c.current = nil, map[host.Address]int{}
+	c.vfs, c.current, c.placed = nil, map[host.Address]int{}, map[string]int{}
 	return os.WriteFile(filepath.Join(c.pf.dir, "sriov_numvfs"), []byte("0\n"), 0o644)
 }

@@ -127,6 +127,7 @@ func (k *Kernel) createMdev(c *simCard, parent host.Address, typeDir, data strin
 	if err := k.makeMdevDir(dir, uuid, typeDir, "nvidia-vgpu-vfio", group); err != nil {
 		return err
 	}
+	c.place(uuid, t)
 	c.mdevs[uuid] = simMdev{parent: parent, typeID: id, group: group, dir: dir}
 	return k.refreshCard(c)
 }
@@ -212,6 +213,7 @@ func (k *Kernel) removeMdev(c *simCard, uuid string) error {
 		}
 	}
 	delete(c.mdevs, uuid)
+	delete(c.placed, uuid)
 	return k.refreshCard(c)
 }
 
@@ -230,6 +232,7 @@ func (k *Kernel) setVGPUType(c *simCard, vf host.Address, data string) error {
 			return err
 		}
 		delete(c.current, vf)
+		delete(c.placed, string(vf))
 		if err := os.RemoveAll(node); err != nil {
 			return err
 		}
@@ -242,6 +245,7 @@ func (k *Kernel) setVGPUType(c *simCard, vf host.Address, data string) error {
 	if !ok || c.available(t) <= 0 {
 		return syscall.EINVAL
 	}
+	c.place(string(vf), t)
 	c.current[vf] = id
 	if err := k.makeNode(node); err != nil {
 		return err
