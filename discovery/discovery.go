@@ -1,9 +1,12 @@
 // Package discovery is the GPU discovery agent (sandbox-gpu-validator
 // discover): it finds the node's NVIDIA GPUs in sysfs through the host
-// model and labels its own Node with names.GPUPresentLabel=true and
-// names.GPUCountLabel=N while it has any, removing both when they are gone,
-// so that the operator finds GPU nodes without Node Feature Discovery. It
-// watches only its own Node, writes only that Node's two labels, and only
+// model and labels its own Node with names.GPUPresentLabel=true,
+// names.GPUCountLabel=N and names.GPUDriverLabel (which of NVIDIA's host
+// drivers the kernel runs: datacenter, vgpu-host or none, which the
+// operator waits for when a node changes drivers) while it has any,
+// removing them when they are gone, so that the operator finds GPU nodes
+// without Node Feature Discovery. It watches only its own Node, writes
+// only that Node's three labels, and only
 // when they differ from what it found: a steady node costs no write.
 package discovery
 
@@ -46,9 +49,12 @@ type Report struct {
 	// Ready: the last scan worked and the Node carries its labels.
 	Ready bool `json:"ready"`
 	// GPUs found by the last scan that worked.
-	GPUs  int       `json:"gpus"`
-	Time  time.Time `json:"time"`
-	Error string    `json:"error,omitempty"`
+	GPUs int `json:"gpus"`
+	// Driver is the NVIDIA host driver the last scan found
+	// (host.NVIDIADriver).
+	Driver string    `json:"driver,omitempty"`
+	Time   time.Time `json:"time"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // Agent labels its own Node from sysfs.
@@ -117,17 +123,19 @@ func CountGPUs(s *host.Snapshot) int {
 	return n
 }
 
-// Labels are the agent's labels for a node with gpus GPUs: both labels
-// while it has any, neither without.
-func Labels(gpus int) map[string]string {
+// Labels are the agent's labels for a node with gpus GPUs on an NVIDIA
+// host driver (host.NVIDIADriver): all while it has any, none without.
+func Labels(gpus int, driver string) map[string]string {
 	if gpus == 0 {
 		return map[string]string{}
 	}
-	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: strconv.Itoa(gpus)}
+	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: strconv.Itoa(gpus), names.GPUDriverLabel: driver}
 }
 
 // owned are the labels the agent sets and removes; no other is touched.
-func owned() []string { return []string{names.GPUPresentLabel, names.GPUCountLabel} }
+func owned() []string {
+	return []string{names.GPUPresentLabel, names.GPUCountLabel, names.GPUDriverLabel}
+}
 
 // Run watches its own Node and scans at start, whenever one of its labels
 // changes under it, and every Resync, until ctx ends.
@@ -167,11 +175,11 @@ func (a *Agent) sync(ctx context.Context) {
 	r := Report{Time: time.Now()}
 	defer func() {
 		a.mu.Lock()
-		changed := a.report.Ready != r.Ready || a.report.GPUs != r.GPUs || a.report.Error != r.Error
+		changed := a.report.Ready != r.Ready || a.report.GPUs != r.GPUs || a.report.Driver != r.Driver || a.report.Error != r.Error
 		a.report = r
 		a.mu.Unlock()
 		if changed {
-			a.o.Log.Info("Discovery changed", "node", a.o.NodeName, "ready", r.Ready, "gpus", r.GPUs, "error", r.Error)
+			a.o.Log.Info("Discovery changed", "node", a.o.NodeName, "ready", r.Ready, "gpus", r.GPUs, "driver", r.Driver, "error", r.Error)
 		}
 	}()
 	snap, err := a.o.Host.Scan()
@@ -182,15 +190,21 @@ func (a *Agent) sync(ctx context.Context) {
 		r.Error = fmt.Sprintf("scan the host: %v", err)
 		return
 	}
+	driver, err := a.o.Host.NVIDIADriver()
+	if err != nil {
+		a.metrics.scans.WithLabelValues("failed").Inc()
+		r.Error = fmt.Sprintf("read the NVIDIA driver: %v", err)
+		return
+	}
 	a.metrics.scans.WithLabelValues("ok").Inc()
-	r.GPUs = CountGPUs(snap)
+	r.GPUs, r.Driver = CountGPUs(snap), driver
 	a.metrics.gpus.Set(float64(r.GPUs))
 	node, ok := a.watch.Node()
 	if !ok {
 		r.Error = fmt.Sprintf("node %s: not found", a.o.NodeName)
 		return
 	}
-	patch := labelPatch(node.Labels, Labels(r.GPUs))
+	patch := labelPatch(node.Labels, Labels(r.GPUs, r.Driver))
 	if patch == nil {
 		r.Ready = true
 		return
