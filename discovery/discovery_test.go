@@ -74,6 +74,8 @@ func TestVirtualFunctionsDoNotCount(t *testing.T) {
 }
 
 func TestLabels(t *testing.T) {
+	assert.Equal(t, []string{names.GPUDriverDataCentre, names.GPUDriverVGPUHost, names.GPUDriverNone},
+		[]string{host.NVIDIADriverDataCentre, host.NVIDIADriverVGPUHost, host.NVIDIADriverNone}, "the label's values are the host's kinds")
 	assert.Empty(t, Labels(0, host.NVIDIADriverDataCentre))
 	assert.Equal(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "8", names.GPUDriverLabel: "datacenter"},
 		Labels(8, host.NVIDIADriverDataCentre))

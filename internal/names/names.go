@@ -38,6 +38,10 @@ const (
 	// runs, as the GPU discovery agent read it from sysfs
 	// (host.NVIDIADriver): datacenter, vgpu-host or none.
 	GPUDriverLabel = Domain + "/gpu.driver"
+	// GPUDriverLabel's values (host.NVIDIADriver's kinds).
+	GPUDriverDataCentre = "datacenter"
+	GPUDriverVGPUHost   = "vgpu-host"
+	GPUDriverNone       = "none"
 	// GPULabelPrefix starts every label the GPU discovery agent owns (and
 	// the only labels the admission policy lets it change).
 	GPULabelPrefix = Domain + "/gpu."
