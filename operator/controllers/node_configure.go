@@ -56,10 +56,13 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 		}
 		if waiting := heldBack(held, labelled); len(waiting) > 0 {
 			msg := fmt.Sprintf("Configuring %s: waiting for %s before %s start.", desired, driverWhy, nameList(waiting))
-			if !strings.Contains(st.Status.Message, driverWhy) {
+			// One event per wait: the driver reported may change meanwhile.
+			if awaited, _, _ := strings.Cut(driverWhy, " ("); !strings.Contains(st.Status.Message, awaited) {
 				rep.waitingForDriver(desired, driverWhy, waiting)
 			}
-			return ctrl.Result{RequeueAfter: r.Requeue}, msg, nil
+			// The discovery agent's label wakes the node; the requeue is a
+			// safety net.
+			return ctrl.Result{RequeueAfter: 12 * r.Requeue}, msg, nil
 		}
 		// Operand pods are watched: their readiness wakes the node. The
 		// requeue is only a safety net, slow so that thousands of nodes
