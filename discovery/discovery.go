@@ -39,7 +39,12 @@ type Options struct {
 	// Resync scans again without an event (default 1m): GPUs that appear or
 	// go (hot plug, a card taken out) reach the labels within it.
 	Resync time.Duration
-	Log    logr.Logger
+	// DriverPoll checks which NVIDIA driver the kernel runs this often (two
+	// stat calls of /sys/module) and scans at once when it changed (default
+	// 5s): sysfs gives no event for a module load, and the operator waits for
+	// the driver label while it changes a node's driver.
+	DriverPoll time.Duration
+	Log        logr.Logger
 	// Registerer receives the agent's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 }
@@ -94,6 +99,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Resync <= 0 {
 		o.Resync = time.Minute
+	}
+	if o.DriverPoll <= 0 {
+		o.DriverPoll = 5 * time.Second
 	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
@@ -152,10 +160,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.watch = w
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		a.pollDriver(ctx, w)
+	}()
+	defer func() { <-polled }()
 	return w.Loop(ctx, ownnode.LoopOptions{Resync: a.o.Resync, Log: a.o.Log}, func() time.Duration {
 		a.sync(ctx)
 		return 0
 	})
+}
+
+// pollDriver wakes the loop when the NVIDIA driver differs from the one
+// the last scan found, until ctx ends.
+func (a *Agent) pollDriver(ctx context.Context, w *ownnode.Watcher) {
+	tick := time.NewTicker(a.o.DriverPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if d, err := a.o.Host.NVIDIADriver(); err == nil && d != a.Report().Driver {
+			w.Poke()
+		}
+	}
 }
 
 func ownedDiffer(a, b map[string]string) bool {

@@ -108,24 +108,25 @@ type agent struct {
 func start(t *testing.T, node, fixture string, labels map[string]string) *agent {
 	t.Helper()
 	k, h := newHost(t, fixture)
-	return startOn(t, node, k, h, labels)
+	return startOn(t, node, k, h, labels, nil)
 }
 
-// startOn runs an agent for node (created with labels) on a built host.
-func startOn(t *testing.T, node string, k *hostsim.Kernel, h *host.Host, labels ...map[string]string) *agent {
+// startOn runs an agent for node (created with labels) on a built host;
+// mutate, when set, changes its options.
+func startOn(t *testing.T, node string, k *hostsim.Kernel, h *host.Host, labels map[string]string, mutate func(*Options)) *agent {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(apiserver.Config(t))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var l map[string]string
-	if len(labels) > 0 {
-		l = labels[0]
-	}
-	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: l}}, metav1.CreateOptions{})
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	ag := &agent{cs: cs, node: node, kernel: k, metrics: prometheus.NewRegistry()}
 	// A short resync: the steady-state test counts scans.
-	ag.a, err = New(Options{NodeName: node, Client: cs, Host: h, Resync: 50 * time.Millisecond, Log: logr.Discard(), Registerer: ag.metrics})
+	o := Options{NodeName: node, Client: cs, Host: h, Resync: 50 * time.Millisecond, Log: logr.Discard(), Registerer: ag.metrics}
+	if mutate != nil {
+		mutate(&o)
+	}
+	ag.a, err = New(o)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- ag.a.Run(ctx) }()
@@ -257,13 +258,16 @@ func TestScanFailureKeepsLabels(t *testing.T) {
 // The driver label follows the kernel: a host on the data-centre driver
 // whose vGPU Manager unloads it and loads the vGPU host driver reports
 // none, then vgpu-host, and datacenter again once the vGPU host driver went
-// and the data-centre driver was loaded back, all read from /sys/module.
+// and the data-centre driver was loaded back, all read from /sys/module,
+// and long before the next resync: the driver poll wakes the scan.
 func TestDriverLabelFollowsTheKernel(t *testing.T) {
 	fx, err := hostsim.Lookup("a10-vgpu")
 	require.NoError(t, err)
 	k, err := fx.Build(t.TempDir(), hostsim.DataCentreDriver())
 	require.NoError(t, err)
-	ag := startOn(t, "disc-driver", k, host.New(k.Options()))
+	ag := startOn(t, "disc-driver", k, host.New(k.Options()), nil, func(o *Options) {
+		o.Resync, o.DriverPoll = time.Hour, 20*time.Millisecond
+	})
 	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
 	require.NoError(t, k.DeleteModule(hostsim.ModuleNVIDIA))
 	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverNone))

@@ -64,6 +64,7 @@ func discover() *shell.Command {
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
 			fs.DurationVar(&o.Resync, "resync", time.Minute, "scan again this often without an event")
+			fs.DurationVar(&o.DriverPoll, "driver-poll", 5*time.Second, "check which NVIDIA driver runs this often, scanning at once when it changed")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error
