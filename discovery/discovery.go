@@ -1,9 +1,12 @@
 // Package discovery is the GPU discovery agent (sandbox-gpu-validator
 // discover): it finds the node's NVIDIA GPUs in sysfs through the host
-// model and labels its own Node with names.GPUPresentLabel=true and
-// names.GPUCountLabel=N while it has any, removing both when they are gone,
-// so that the operator finds GPU nodes without Node Feature Discovery. It
-// watches only its own Node, writes only that Node's two labels, and only
+// model and labels its own Node with names.GPUPresentLabel=true,
+// names.GPUCountLabel=N and names.GPUDriverLabel (which of NVIDIA's host
+// drivers the kernel runs: datacenter, vgpu-host or none, which the
+// operator waits for when a node changes drivers) while it has any,
+// removing them when they are gone, so that the operator finds GPU nodes
+// without Node Feature Discovery. It watches only its own Node, writes
+// only that Node's three labels, and only
 // when they differ from what it found: a steady node costs no write.
 package discovery
 
@@ -36,7 +39,12 @@ type Options struct {
 	// Resync scans again without an event (default 1m): GPUs that appear or
 	// go (hot plug, a card taken out) reach the labels within it.
 	Resync time.Duration
-	Log    logr.Logger
+	// DriverPoll checks which NVIDIA driver the kernel runs this often (two
+	// stat calls of /sys/module) and scans at once when it changed (default
+	// 5s): sysfs gives no event for a module load, and the operator waits for
+	// the driver label while it changes a node's driver.
+	DriverPoll time.Duration
+	Log        logr.Logger
 	// Registerer receives the agent's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 }
@@ -46,9 +54,12 @@ type Report struct {
 	// Ready: the last scan worked and the Node carries its labels.
 	Ready bool `json:"ready"`
 	// GPUs found by the last scan that worked.
-	GPUs  int       `json:"gpus"`
-	Time  time.Time `json:"time"`
-	Error string    `json:"error,omitempty"`
+	GPUs int `json:"gpus"`
+	// Driver is the NVIDIA host driver the last scan found
+	// (host.NVIDIADriver).
+	Driver string    `json:"driver,omitempty"`
+	Time   time.Time `json:"time"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // Agent labels its own Node from sysfs.
@@ -89,6 +100,9 @@ func New(o Options) (*Agent, error) {
 	if o.Resync <= 0 {
 		o.Resync = time.Minute
 	}
+	if o.DriverPoll <= 0 {
+		o.DriverPoll = 5 * time.Second
+	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
@@ -117,17 +131,19 @@ func CountGPUs(s *host.Snapshot) int {
 	return n
 }
 
-// Labels are the agent's labels for a node with gpus GPUs: both labels
-// while it has any, neither without.
-func Labels(gpus int) map[string]string {
+// Labels are the agent's labels for a node with gpus GPUs on an NVIDIA
+// host driver (host.NVIDIADriver): all while it has any, none without.
+func Labels(gpus int, driver string) map[string]string {
 	if gpus == 0 {
 		return map[string]string{}
 	}
-	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: strconv.Itoa(gpus)}
+	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: strconv.Itoa(gpus), names.GPUDriverLabel: driver}
 }
 
 // owned are the labels the agent sets and removes; no other is touched.
-func owned() []string { return []string{names.GPUPresentLabel, names.GPUCountLabel} }
+func owned() []string {
+	return []string{names.GPUPresentLabel, names.GPUCountLabel, names.GPUDriverLabel}
+}
 
 // Run watches its own Node and scans at start, whenever one of its labels
 // changes under it, and every Resync, until ctx ends.
@@ -144,10 +160,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.watch = w
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		a.pollDriver(ctx, w)
+	}()
+	defer func() { <-polled }()
 	return w.Loop(ctx, ownnode.LoopOptions{Resync: a.o.Resync, Log: a.o.Log}, func() time.Duration {
 		a.sync(ctx)
 		return 0
 	})
+}
+
+// pollDriver wakes the loop when the NVIDIA driver differs from the one
+// the last scan found, until ctx ends.
+func (a *Agent) pollDriver(ctx context.Context, w *ownnode.Watcher) {
+	tick := time.NewTicker(a.o.DriverPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if d, err := a.o.Host.NVIDIADriver(); err == nil && d != a.Report().Driver {
+			w.Poke()
+		}
+	}
 }
 
 func ownedDiffer(a, b map[string]string) bool {
@@ -167,11 +206,11 @@ func (a *Agent) sync(ctx context.Context) {
 	r := Report{Time: time.Now()}
 	defer func() {
 		a.mu.Lock()
-		changed := a.report.Ready != r.Ready || a.report.GPUs != r.GPUs || a.report.Error != r.Error
+		changed := a.report.Ready != r.Ready || a.report.GPUs != r.GPUs || a.report.Driver != r.Driver || a.report.Error != r.Error
 		a.report = r
 		a.mu.Unlock()
 		if changed {
-			a.o.Log.Info("Discovery changed", "node", a.o.NodeName, "ready", r.Ready, "gpus", r.GPUs, "error", r.Error)
+			a.o.Log.Info("Discovery changed", "node", a.o.NodeName, "ready", r.Ready, "gpus", r.GPUs, "driver", r.Driver, "error", r.Error)
 		}
 	}()
 	snap, err := a.o.Host.Scan()
@@ -182,15 +221,21 @@ func (a *Agent) sync(ctx context.Context) {
 		r.Error = fmt.Sprintf("scan the host: %v", err)
 		return
 	}
+	driver, err := a.o.Host.NVIDIADriver()
+	if err != nil {
+		a.metrics.scans.WithLabelValues("failed").Inc()
+		r.Error = fmt.Sprintf("read the NVIDIA driver: %v", err)
+		return
+	}
 	a.metrics.scans.WithLabelValues("ok").Inc()
-	r.GPUs = CountGPUs(snap)
+	r.GPUs, r.Driver = CountGPUs(snap), driver
 	a.metrics.gpus.Set(float64(r.GPUs))
 	node, ok := a.watch.Node()
 	if !ok {
 		r.Error = fmt.Sprintf("node %s: not found", a.o.NodeName)
 		return
 	}
-	patch := labelPatch(node.Labels, Labels(r.GPUs))
+	patch := labelPatch(node.Labels, Labels(r.GPUs, r.Driver))
 	if patch == nil {
 		r.Ready = true
 		return

@@ -74,14 +74,17 @@ func TestVirtualFunctionsDoNotCount(t *testing.T) {
 }
 
 func TestLabels(t *testing.T) {
-	assert.Empty(t, Labels(0))
-	assert.Equal(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "8"}, Labels(8))
-	v := "1"
-	assert.Nil(t, labelPatch(map[string]string{"other": "x"}, Labels(0)), "nothing to do without GPUs or labels")
-	assert.Equal(t, map[string]*string{names.GPUPresentLabel: nil, names.GPUCountLabel: nil},
-		labelPatch(map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "2", "other": "x"}, Labels(0)))
-	assert.Equal(t, map[string]*string{names.GPUCountLabel: &v},
-		labelPatch(map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "2"}, Labels(1)))
+	assert.Equal(t, []string{names.GPUDriverDataCentre, names.GPUDriverVGPUHost, names.GPUDriverNone},
+		[]string{host.NVIDIADriverDataCentre, host.NVIDIADriverVGPUHost, host.NVIDIADriverNone}, "the label's values are the host's kinds")
+	assert.Empty(t, Labels(0, host.NVIDIADriverDataCentre))
+	assert.Equal(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "8", names.GPUDriverLabel: "datacenter"},
+		Labels(8, host.NVIDIADriverDataCentre))
+	v, d := "1", "vgpu-host"
+	assert.Nil(t, labelPatch(map[string]string{"other": "x"}, Labels(0, "")), "nothing to do without GPUs or labels")
+	assert.Equal(t, map[string]*string{names.GPUPresentLabel: nil, names.GPUCountLabel: nil, names.GPUDriverLabel: nil},
+		labelPatch(map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "2", names.GPUDriverLabel: "none", "other": "x"}, Labels(0, "none")))
+	assert.Equal(t, map[string]*string{names.GPUCountLabel: &v, names.GPUDriverLabel: &d},
+		labelPatch(map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "2", names.GPUDriverLabel: "datacenter"}, Labels(1, host.NVIDIADriverVGPUHost)))
 }
 
 func TestNewNeedsNodeClientAndHost(t *testing.T) {
@@ -104,15 +107,26 @@ type agent struct {
 
 func start(t *testing.T, node, fixture string, labels map[string]string) *agent {
 	t.Helper()
+	k, h := newHost(t, fixture)
+	return startOn(t, node, k, h, labels, nil)
+}
+
+// startOn runs an agent for node (created with labels) on a built host;
+// mutate, when set, changes its options.
+func startOn(t *testing.T, node string, k *hostsim.Kernel, h *host.Host, labels map[string]string, mutate func(*Options)) *agent {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(apiserver.Config(t))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	k, h := newHost(t, fixture)
 	ag := &agent{cs: cs, node: node, kernel: k, metrics: prometheus.NewRegistry()}
 	// A short resync: the steady-state test counts scans.
-	ag.a, err = New(Options{NodeName: node, Client: cs, Host: h, Resync: 50 * time.Millisecond, Log: logr.Discard(), Registerer: ag.metrics})
+	o := Options{NodeName: node, Client: cs, Host: h, Resync: 50 * time.Millisecond, Log: logr.Discard(), Registerer: ag.metrics}
+	if mutate != nil {
+		mutate(&o)
+	}
+	ag.a, err = New(o)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- ag.a.Run(ctx) }()
@@ -160,6 +174,11 @@ func (ag *agent) waitLabels(t *testing.T, want map[string]string) {
 	})
 }
 
+// gpuLabels are the agent's labels for count GPUs on driver.
+func gpuLabels(count, driver string) map[string]string {
+	return map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: count, names.GPUDriverLabel: driver}
+}
+
 // scans waits for n more successful scans than now and returns.
 func (ag *agent) scans(t *testing.T, n float64) {
 	t.Helper()
@@ -172,7 +191,7 @@ func TestLabelsAGPUNodeAndNoWriteOnResync(t *testing.T) {
 	for fixture, count := range map[string]int{"a10": 1, "hgx-h100": 8} {
 		t.Run(fixture, func(t *testing.T) {
 			ag := start(t, "disc-"+fixture, fixture, map[string]string{"team": "ml"})
-			ag.waitLabels(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: fmt.Sprint(count)})
+			ag.waitLabels(t, gpuLabels(fmt.Sprint(count), host.NVIDIADriverDataCentre))
 			assert.Equal(t, "ml", ag.labels(t)["team"], "other labels are left alone")
 			assert.Equal(t, count, ag.a.Report().GPUs)
 			assert.Equal(t, float64(count), promtest.ToFloat64(ag.a.metrics.gpus))
@@ -204,7 +223,7 @@ func TestCPUOnlyNodeGetsNoLabels(t *testing.T) {
 // GPUs that go while it runs take the labels with them.
 func TestLabelsFollowTheGPUs(t *testing.T) {
 	ag := start(t, "disc-gone", "workstation", map[string]string{names.GPUCountLabel: "3"})
-	ag.waitLabels(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "1"})
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
 
 	// Someone removes a label: it comes back (the watch sees the change).
 	n, err := ag.cs.CoreV1().Nodes().Get(context.Background(), ag.node, metav1.GetOptions{})
@@ -212,7 +231,7 @@ func TestLabelsFollowTheGPUs(t *testing.T) {
 	delete(n.Labels, names.GPUPresentLabel)
 	_, err = ag.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	ag.waitLabels(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "1"})
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
 
 	// The card is taken out: its functions leave sysfs.
 	devices := filepath.Join(ag.kernel.Options().SysfsRoot, "bus", "pci", "devices")
@@ -226,12 +245,38 @@ func TestLabelsFollowTheGPUs(t *testing.T) {
 // A host that cannot be read leaves the labels alone and is not ready.
 func TestScanFailureKeepsLabels(t *testing.T) {
 	ag := start(t, "disc-broken", "a10", nil)
-	ag.waitLabels(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "1"})
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
 	devices := filepath.Join(ag.kernel.Options().SysfsRoot, "bus", "pci", "devices")
 	require.NoError(t, os.Rename(devices, devices+".gone"))
 	testutil.Eventually(t, wait, "not ready after a failed scan", func() bool { return !ag.a.Report().Ready })
 	assert.Contains(t, ag.a.Report().Error, "scan the host")
 	assert.Equal(t, "1", ag.labels(t)[names.GPUCountLabel], "labels kept")
 	require.NoError(t, os.Rename(devices+".gone", devices))
-	ag.waitLabels(t, map[string]string{names.GPUPresentLabel: "true", names.GPUCountLabel: "1"})
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
+}
+
+// The driver label follows the kernel: a host on the data-centre driver
+// whose vGPU Manager unloads it and loads the vGPU host driver reports
+// none, then vgpu-host, and datacenter again once the vGPU host driver went
+// and the data-centre driver was loaded back, all read from /sys/module,
+// and long before the next resync: the driver poll wakes the scan.
+func TestDriverLabelFollowsTheKernel(t *testing.T) {
+	fx, err := hostsim.Lookup("a10-vgpu")
+	require.NoError(t, err)
+	k, err := fx.Build(t.TempDir(), hostsim.DataCentreDriver())
+	require.NoError(t, err)
+	ag := startOn(t, "disc-driver", k, host.New(k.Options()), nil, func(o *Options) {
+		o.Resync, o.DriverPoll = time.Hour, 20*time.Millisecond
+	})
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
+	require.NoError(t, k.DeleteModule(hostsim.ModuleNVIDIA))
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverNone))
+	require.NoError(t, k.InitModule(k.ModuleImage(hostsim.ModuleNVIDIA, hostsim.FlavourVGPU)))
+	require.NoError(t, k.InitModule(k.ModuleImage(hostsim.ModuleVGPUVFIO, hostsim.FlavourVGPU)))
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverVGPUHost))
+	assert.Equal(t, host.NVIDIADriverVGPUHost, ag.a.Report().Driver)
+	require.NoError(t, k.DeleteModule(hostsim.ModuleVGPUVFIO))
+	require.NoError(t, k.DeleteModule(hostsim.ModuleNVIDIA))
+	require.NoError(t, host.New(k.Options()).EnsureDriver(context.Background(), "nvidia", hostsim.ModuleNVIDIA))
+	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverDataCentre))
 }

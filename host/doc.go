@@ -19,8 +19,8 @@
 //   - vfiodev.go: /dev/vfio nodes (iommufd, group nodes, claiming a group,
 //     the checks and watch folders of device plugins)
 //   - usage.go: processes and in-use (ScanUsage, InUse, CheckIdle)
-//   - nvidiadev.go: NVIDIA device nodes, majors, MIG capabilities and the
-//     driver's per-GPU information
+//   - nvidiadev.go: NVIDIA device nodes, majors, MIG capabilities, the
+//     driver's per-GPU information and which of NVIDIA's host drivers runs
 //   - netlink.go: network links (up or down)
 //   - sysfsattr.go, sysfswrite.go: reading and writing sysfs attributes
 //

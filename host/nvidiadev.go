@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -179,4 +180,46 @@ func (h *Host) nvidiaInfo(a Address, field string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// NVIDIA's host drivers, as NVIDIADriver tells them apart.
+const (
+	// NVIDIADriverNone: no NVIDIA kernel driver is loaded.
+	NVIDIADriverNone = "none"
+	// NVIDIADriverDataCentre: NVIDIA's data-centre driver (nvidia.ko
+	// without the vGPU modules): it serves CUDA containers and offers no
+	// vGPU.
+	NVIDIADriverDataCentre = "datacenter"
+	// NVIDIADriverVGPUHost: NVIDIA's vGPU host driver (the vGPU Manager):
+	// its nvidia.ko comes with nvidia_vgpu_vfio, which offers the vGPU
+	// files (mdev_supported_types, a VF's nvidia/creatable_vgpu_types); it
+	// serves no CUDA container.
+	NVIDIADriverVGPUHost = "vgpu-host"
+)
+
+// NVIDIADriver says which of NVIDIA's host drivers the kernel runs, from
+// /sys/module: nvidia_vgpu_vfio loaded is the vGPU host driver (NVIDIA's
+// Virtual GPU Software User Guide verifies a vGPU Manager install by
+// finding it in lsmod), nvidia alone the data-centre driver, neither none.
+func (h *Host) NVIDIADriver() (string, error) {
+	loaded := func(module string) (bool, error) {
+		_, err := os.Stat(filepath.Join(h.sysfs, "module", module, "initstate"))
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("NVIDIA driver: %w", err)
+	}
+	for _, k := range []struct{ module, kind string }{{"nvidia_vgpu_vfio", NVIDIADriverVGPUHost}, {"nvidia", NVIDIADriverDataCentre}} {
+		ok, err := loaded(k.module)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return k.kind, nil
+		}
+	}
+	return NVIDIADriverNone, nil
 }

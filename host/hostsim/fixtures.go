@@ -60,8 +60,20 @@ func (fx Fixture) Build(dir string, opts ...Option) (*Kernel, error) {
 			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
 		}
 	}
+	// A host with vGPU-capable GPUs has NVIDIA's vGPU host driver installed
+	// and loaded, unless it was built with the data-centre driver
+	// (DataCentreDriver): then its GPUs wait, without vGPU files, for a vGPU
+	// Manager to load the vGPU host driver (hostdrivers.go).
+	vgpuHost := len(fx.VGPUs) > 0 && !k.dataCentre
+	if err := k.installNVIDIADriver(vgpuHost); err != nil {
+		return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
+	}
 	for _, c := range fx.VGPUs {
-		if err := k.EnableVGPU(c); err != nil {
+		enable := k.EnableVGPU
+		if !vgpuHost {
+			enable = k.addDormant
+		}
+		if err := enable(c); err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", fx.Name, err)
 		}
 	}

@@ -60,6 +60,8 @@ type Kernel struct {
 	claims     map[string]bool           // group nodes claimed (host.GroupClaimer)
 	cards      map[host.Address]*simCard // vGPU-capable GPUs by PF (vgpumodel.go)
 	charDevs   bool                      // device nodes are character devices (CharDevices)
+	dataCentre bool                      // the host's nvidia.ko is the data-centre driver (DataCentreDriver)
+	dormant    []VGPUCard                // vGPU-capable GPUs while the vGPU host driver is not loaded (hostdrivers.go)
 }
 
 type simFunc struct {

@@ -28,6 +28,13 @@ type simModule struct {
 	deps    []string // modules it needs (their symbols)
 	loaded  bool
 	written bool // its file is in the modules folder
+	// flavour is the build of the module the modules folder holds (NVIDIA's
+	// nvidia.ko: FlavourDataCentre or FlavourVGPU); loadedFlavour the
+	// build that is loaded, which a driver container may have brought.
+	flavour, loadedFlavour string
+	// external: the module is not in the host's modules folder (NVIDIA's
+	// vGPU Manager container brings it: ModuleImage).
+	external bool
 }
 
 // moduleMagic starts every simulated module image after the ELF magic.
@@ -66,6 +73,7 @@ func (k *Kernel) markLoaded(m *simModule) error {
 		return err
 	}
 	m.loaded = true
+	m.loadedFlavour = m.flavour
 	return os.WriteFile(filepath.Join(dir, "initstate"), []byte("live\n"), 0o444)
 }
 
@@ -80,15 +88,14 @@ func (k *Kernel) writeModules() error {
 			line += " " + moduleFile(d)
 		}
 		dep = append(dep, line)
-		if m.written {
+		if m.written || m.external {
 			continue
 		}
 		p := filepath.Join(dir, filepath.FromSlash(file))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		var img bytes.Buffer
-		fmt.Fprintf(&img, "%s%s\nneeds: %s\n", moduleMagic, m.name, strings.Join(m.deps, " "))
+		img := moduleImage(m.name, m.flavour, m.deps)
 		var out bytes.Buffer
 		// The smallest dictionary: the images are a few bytes, and the default 8 MiB costs
 		// every fixture build dearly.
@@ -96,7 +103,7 @@ func (k *Kernel) writeModules() error {
 		if err != nil {
 			return err
 		}
-		if _, err := w.Write(img.Bytes()); err != nil {
+		if _, err := w.Write(img); err != nil {
 			return err
 		}
 		if err := w.Close(); err != nil {
@@ -134,7 +141,13 @@ func (k *Kernel) InitModule(image []byte) error {
 	if !ok {
 		return syscall.ENOEXEC
 	}
-	name, _, _ := strings.Cut(string(rest), "\n")
+	lines := strings.Split(string(rest), "\n")
+	name, flavour := lines[0], ""
+	for _, l := range lines[1:] {
+		if v, ok := strings.CutPrefix(l, "flavour: "); ok {
+			flavour = v
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m, ok := k.modules[name]
@@ -149,17 +162,57 @@ func (k *Kernel) InitModule(image []byte) error {
 			return syscall.ENOENT
 		}
 	}
+	if name == ModuleVGPUVFIO && k.modules[ModuleNVIDIA].loadedFlavour != FlavourVGPU {
+		return syscall.ENOENT // the data-centre nvidia.ko exports none of the vGPU symbols it needs
+	}
 	if err := k.markLoaded(m); err != nil {
 		return err
+	}
+	if flavour != "" {
+		m.loadedFlavour = flavour
 	}
 	for _, d := range k.drivers {
 		if d.Module == name && !d.Loaded {
 			if err := k.registerDriver(d); err != nil {
 				return err
 			}
+			if err := k.probeAll(d); err != nil {
+				return err
+			}
+		}
+	}
+	if name == ModuleVGPUVFIO {
+		return k.wakeCards()
+	}
+	return nil
+}
+
+// probeAll is the kernel's driver registration: every unbound function the
+// driver matches is probed. vfio drivers are left out (the VFIO manager
+// binds through driver_override and a bind of its own). k.mu is held.
+func (k *Kernel) probeAll(d *Driver) error {
+	if d.VFIO {
+		return nil
+	}
+	for _, a := range sortedAddrs(k.funcs) {
+		f := k.funcs[a]
+		if k.driverOf(f) == "" && k.canBind(d, f) {
+			if err := k.bind(f, d); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// moduleImage is a simulated module file's content.
+func moduleImage(name, flavour string, deps []string) []byte {
+	var img bytes.Buffer
+	fmt.Fprintf(&img, "%s%s\nneeds: %s\n", moduleMagic, name, strings.Join(deps, " "))
+	if flavour != "" {
+		fmt.Fprintf(&img, "flavour: %s\n", flavour)
+	}
+	return img.Bytes()
 }
 
 // ModuleLoaded reports whether the simulated kernel has loaded a module.

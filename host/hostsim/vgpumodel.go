@@ -117,6 +117,12 @@ type simMdev struct {
 func (k *Kernel) EnableVGPU(card VGPUCard) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.enableVGPU(card)
+}
+
+// enableVGPU is EnableVGPU with k.mu held (the vGPU host driver's module
+// load enables its cards: hostdrivers.go).
+func (k *Kernel) enableVGPU(card VGPUCard) error {
 	f, err := k.function(card.PF)
 	if err != nil {
 		return fmt.Errorf("vGPU card: %w", err)

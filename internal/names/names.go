@@ -34,6 +34,14 @@ const (
 	// GPUCountLabel is the number of NVIDIA GPUs (physical functions) the
 	// GPU discovery agent found on the node.
 	GPUCountLabel = Domain + "/gpu.count"
+	// GPUDriverLabel is which of NVIDIA's host drivers the node's kernel
+	// runs, as the GPU discovery agent read it from sysfs
+	// (host.NVIDIADriver): datacenter, vgpu-host or none.
+	GPUDriverLabel = Domain + "/gpu.driver"
+	// GPUDriverLabel's values (host.NVIDIADriver's kinds).
+	GPUDriverDataCentre = "datacenter"
+	GPUDriverVGPUHost   = "vgpu-host"
+	GPUDriverNone       = "none"
 	// GPULabelPrefix starts every label the GPU discovery agent owns (and
 	// the only labels the admission policy lets it change).
 	GPULabelPrefix = Domain + "/gpu."
@@ -107,7 +115,7 @@ const (
 	// containers get GPUs, for the NRI plugin to inject.
 	NVIDIADevicePlugin = "nvidia-device-plugin"
 	// GPUDiscovery labels its own Node from sysfs (GPUPresentLabel,
-	// GPUCountLabel). It runs on every Linux node, not by deploy label.
+	// GPUCountLabel, GPUDriverLabel). It runs on every Linux node, not by deploy label.
 	GPUDiscovery = "gpu-discovery"
 )
 

@@ -45,19 +45,24 @@ type operandStart struct {
 	drivers map[host.Address]string // every NVIDIA function's driver
 	vgpus   int                     // vGPUs on the host
 	vfs     int                     // enabled SR-IOV VFs
+	driver  string                  // the NVIDIA host driver (host.NVIDIADriver)
 }
 
 // startSimNode creates a GPU Node with labels and runs its agent on the
-// fixture until the test ends.
-func startSimNode(t *testing.T, c client.Client, name, fixture string, labels map[string]string) *simNode {
+// fixture until the test ends; opts change the agent's options.
+func startSimNode(t *testing.T, c client.Client, name, fixture string, labels map[string]string, opts ...func(*agenttest.Options)) *simNode {
 	t.Helper()
 	newNode(t, c, name, labels)
 	cs, err := kubernetes.NewForConfig(testCfg)
 	require.NoError(t, err)
 	ensureNamespace(t, c, operandNS)
 	n := &simNode{name: name, c: c}
-	a, err := agenttest.New(agenttest.Options{Node: name, Fixture: fixture, Dir: t.TempDir(), Namespace: operandNS, Client: cs,
-		Log: logr.Discard(), OnStart: n.record})
+	o := agenttest.Options{Node: name, Fixture: fixture, Dir: t.TempDir(), Namespace: operandNS, Client: cs,
+		Log: logr.Discard(), OnStart: n.record}
+	for _, f := range opts {
+		f(&o)
+	}
+	a, err := agenttest.New(o)
 	require.NoError(t, err)
 	n.a = a
 	ctx, cancel := context.WithCancel(context.Background())
@@ -99,6 +104,7 @@ func (n *simNode) record(operand string) {
 				s.vfs += len(g.VFs)
 			}
 		}
+		s.driver, _ = n.a.Host().NVIDIADriver()
 	}
 	n.mu.Lock()
 	n.starts = append(n.starts, s)

@@ -227,9 +227,12 @@ func (r *NodeReconciler) step(ctx context.Context, node *corev1.Node, p *v1alpha
 		return r.uninstall(ctx, node, p, st, rep)
 	}
 	if why := workload.Unsupported(desired, p); why != "" {
-		return r.unsupported(ctx, node, p, st, desired, why, rep)
+		return r.unsupported(ctx, node, p, st, desired, why, ReasonUnsupportedConfig, rep)
 	}
 	applied := st.Status.AppliedConfig
+	if why := workload.DriverRefusal(node, desired, p); why != "" && applied != desired {
+		return r.unsupported(ctx, node, p, st, desired, why, ReasonDriverChangeRefused, rep)
+	}
 	if applied == desired {
 		dropAbandonedTransition(st)
 		r.slots.forget(node.Name)

@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +31,10 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 		labelled[o] = node.Labels[names.DeployLabel(o)] == "true"
 	}
 	staged := r.followSplit(node, st, want, workload.Staged(want, ready, labelled), present, rep)
+	// While the operator changes the node's driver, the operands that need
+	// the new one start once the node reports it (a running one stays).
+	held, driverWhy := workload.DriverHeld(node, desired, p)
+	staged = slices.DeleteFunc(staged, func(o string) bool { return slices.Contains(held, o) && !labelled[o] })
 	if err := r.ensureNode(ctx, node, staged, nil, leftVGPU(st, desired)); err != nil {
 		return ctrl.Result{}, "", err
 	}
@@ -48,6 +54,16 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 		if r.setState(st, v1alpha1.StateConfiguring) {
 			rep.operandsNotReady(desired, notReady, was == v1alpha1.StateReady)
 		}
+		if waiting := heldBack(held, labelled); len(waiting) > 0 {
+			msg := fmt.Sprintf("Configuring %s: waiting for %s before %s start.", desired, driverWhy, nameList(waiting))
+			// One event per wait: the driver reported may change meanwhile.
+			if awaited, _, _ := strings.Cut(driverWhy, " ("); !strings.Contains(st.Status.Message, awaited) {
+				rep.waitingForDriver(desired, driverWhy, waiting)
+			}
+			// The discovery agent's label wakes the node; the requeue is a
+			// safety net.
+			return ctrl.Result{RequeueAfter: 12 * r.Requeue}, msg, nil
+		}
 		// Operand pods are watched: their readiness wakes the node. The
 		// requeue is only a safety net, slow so that thousands of nodes
 		// waiting for operands do not keep the queue busy.
@@ -66,4 +82,15 @@ func (r *NodeReconciler) configure(ctx context.Context, node *corev1.Node, p *v1
 func leftVGPU(st *v1alpha1.SandboxGPUNode, desired string) bool {
 	t := st.Status.Transition
 	return desired != v1alpha1.WorkloadVMVGPU && t != nil && t.From == v1alpha1.WorkloadVMVGPU
+}
+
+// heldBack lists the held operands not started yet.
+func heldBack(held []string, labelled map[string]bool) []string {
+	var out []string
+	for _, o := range held {
+		if !labelled[o] {
+			out = append(out, o)
+		}
+	}
+	return out
 }

@@ -37,6 +37,9 @@ const (
 	EventReleased         = "Released"
 	EventConfiguring      = "Configuring"
 	EventOperandsNotReady = "OperandsNotReady"
+	// EventWaitingForDriver: operands of the new config wait until the node
+	// reports the NVIDIA driver it needs (the operator changes drivers).
+	EventWaitingForDriver = "WaitingForDriver"
 	EventReady            = "Ready"
 )
 
@@ -169,6 +172,12 @@ func (rep *nodeReport) operandsNotReady(config string, notReady []string, wasRea
 }
 
 // ready: the node runs its config; t is the transition it completed, if any.
+// waitingForDriver: the node changes NVIDIA drivers; operands wait for it.
+func (rep *nodeReport) waitingForDriver(config, why string, operands []string) {
+	rep.add(false, EventWaitingForDriver, "Configure", fmt.Sprintf("Node %s switches NVIDIA drivers for %s: %s wait for %s.",
+		rep.node, config, nameList(operands), why))
+}
+
 func (rep *nodeReport) ready(config string, t *v1alpha1.ConfigTransition) {
 	note := fmt.Sprintf("Node %s is ready with %s.", rep.node, config)
 	if t != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil"
+	"github.com/sandbox-gpu/sandbox-gpu/internal/testutil/agenttest"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/wire"
 	v1alpha1 "github.com/sandbox-gpu/sandbox-gpu/operator/api/v1alpha1"
 )
@@ -187,11 +188,12 @@ func (n *simNode) vfioCrashed() bool {
 // simulated kernel crashes the write after, the daemon is stopped without
 // its cleanup, its ready file left behind, and restarted): the VFIO
 // manager's release leaving vm-passthrough, the VFIO manager binding on
-// the way back, and the vGPU device manager's release leaving vm-vgpu.
-// Every time the node converges to the same final state, with no
-// simulator violation.
+// the way back, and the vGPU device manager's release leaving vm-vgpu
+// (for container: the vGPU host driver, which the policy deploys, gives
+// the GPUs back to the data-centre driver each time). Every time the node
+// converges to the same final state, with no simulator violation.
 func TestNodeDaemonKilledAtEveryWrite(t *testing.T) {
-	c := startTest(t, newClock(), "container", sandboxOnAll)
+	c := startTest(t, newClock(), "container", sandboxOnAll, vgpuManagerOn)
 
 	t.Run("vfio", func(t *testing.T) {
 		n := startSimNode(t, c, "kill-vfio", "workstation", map[string]string{names.WorkloadConfigLabel: "vm-passthrough"})
@@ -237,7 +239,8 @@ func TestNodeDaemonKilledAtEveryWrite(t *testing.T) {
 	})
 
 	t.Run("vgpu", func(t *testing.T) {
-		n := startSimNode(t, c, "kill-vgpu", "l40s-vgpu", map[string]string{names.WorkloadConfigLabel: "vm-vgpu", names.VGPUConfigLabel: "L40S-24Q"})
+		n := startSimNode(t, c, "kill-vgpu", "l40s-vgpu", map[string]string{names.WorkloadConfigLabel: "vm-vgpu", names.VGPUConfigLabel: "L40S-24Q"},
+			func(o *agenttest.Options) { o.DataCentreDriver, o.Discovery = true, true })
 		report := func() string {
 			return getNode(t, c, n.name).Annotations[names.ReleaseReportAnnotation(names.VGPUDeviceManager)]
 		}

@@ -161,6 +161,79 @@ func Unsupported(config string, p *v1alpha1.SandboxGPUPolicy) string {
 	return ""
 }
 
+// DriverNeeded is the NVIDIA host driver a config needs, as the GPU
+// discovery agent names it (names.GPUDriverLabel): container the
+// data-centre driver (NVIDIA's vGPU host driver serves no CUDA container),
+// vm-vgpu the vGPU host driver (the data-centre driver offers no vGPU);
+// "" for vm-passthrough, which binds the GPUs to vfio-pci on either.
+func DriverNeeded(config string) string {
+	switch config {
+	case v1alpha1.WorkloadContainer:
+		return names.GPUDriverDataCentre
+	case v1alpha1.WorkloadVMVGPU:
+		return names.GPUDriverVGPUHost
+	}
+	return ""
+}
+
+// driverNames are the drivers in words.
+var driverNames = map[string]string{
+	names.GPUDriverDataCentre: "NVIDIA's data-centre driver",
+	names.GPUDriverVGPUHost:   "NVIDIA's vGPU host driver",
+}
+
+// ChangesDrivers reports whether the operator changes a node's NVIDIA
+// driver: the vGPU host driver is its vgpu-manager operand (NVIDIA's vGPU
+// Manager image), which loads the vGPU host driver once the data-centre
+// driver let the GPUs go and unloads it when it leaves, after which the
+// node's data-centre driver (host-installed or the GPU Operator's) takes
+// them back. A vGPU host driver installed on the host is not the
+// operator's to change.
+func ChangesDrivers(p *v1alpha1.SandboxGPUPolicy) bool { return p.Spec.VGPUManager.IsEnabled() }
+
+// DriverRefusal says, in a sentence without the node's name, why a node
+// cannot switch to config with the NVIDIA driver it reports (the GPU
+// discovery agent's names.GPUDriverLabel), "" when it can: config needs
+// the other driver, and the operator does not change drivers
+// (ChangesDrivers). Nothing is drained for such a switch.
+func DriverRefusal(n *corev1.Node, config string, p *v1alpha1.SandboxGPUPolicy) string {
+	need, have := DriverNeeded(config), n.Labels[names.GPUDriverLabel]
+	if need == "" || have == need || driverNames[have] == "" || ChangesDrivers(p) {
+		return ""
+	}
+	if need == names.GPUDriverDataCentre {
+		return "its GPUs are on NVIDIA's vGPU host driver (" + names.GPUDriverLabel + "=" + have + "), installed on the host, " +
+			"which serves no CUDA container, and the operator changes drivers only through the vGPU host driver it deploys; " +
+			"replace it with NVIDIA's data-centre driver on the host, or deploy the vGPU host driver with the policy " +
+			"(spec.vgpuManager) instead of installing it, or label the node " + names.WorkloadConfigLabel + "=vm-vgpu or vm-passthrough"
+	}
+	return "its GPUs are on NVIDIA's data-centre driver (" + names.GPUDriverLabel + "=" + have + "), which offers no vGPU, " +
+		"and the policy deploys no vGPU host driver; enable spec.vgpuManager with NVIDIA's vGPU Manager image " +
+		"(it takes the GPUs from the data-centre driver), or install the vGPU host driver on the host, or label the node " +
+		names.WorkloadConfigLabel + "=container or vm-passthrough"
+}
+
+// DriverHeld returns the operands of config that wait while the operator
+// changes the node's driver (ChangesDrivers) and the node does not report
+// the driver config needs yet: container operands until the data-centre
+// driver serves the GPUs, the vGPU device manager until the vGPU host
+// driver does. why says what is awaited, in words that follow "waiting
+// for". A node whose driver nobody reports (no label) is not held: the
+// vGPU device manager still waits for the vgpu-manager (Prerequisite).
+func DriverHeld(n *corev1.Node, config string, p *v1alpha1.SandboxGPUPolicy) (held []string, why string) {
+	need := DriverNeeded(config)
+	have, ok := n.Labels[names.GPUDriverLabel]
+	if need == "" || !ok || have == need || !ChangesDrivers(p) {
+		return nil, ""
+	}
+	if config == v1alpha1.WorkloadContainer {
+		held = containerOperands(p)
+	} else if p.Spec.VGPUDeviceManager.IsEnabled() {
+		held = []string{names.VGPUDeviceManager}
+	}
+	return held, fmt.Sprintf("the node's GPUs to be on %s (the GPU discovery agent reports %s=%s)", driverNames[need], names.GPUDriverLabel, have)
+}
+
 // Prerequisite names the operand that must be ready on a node before
 // operand is started there ("" for none): the vGPU device manager waits
 // for the vGPU host driver (when it is deployed), as the GPU Operator's

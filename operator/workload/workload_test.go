@@ -226,3 +226,44 @@ func TestSharedGPUIsAContainerResource(t *testing.T) {
 	assert.True(t, HoldsGPU(shared, "container"), "a time-sliced pod is drained")
 	assert.False(t, HoldsGPU(shared, "vm-passthrough"))
 }
+
+// A config needs its NVIDIA driver: without the policy's vGPU host driver
+// the other one is refused; with it the operands that need the new driver
+// wait until the node reports it (a node nobody reports on is not held).
+func TestDriverRefusalAndWait(t *testing.T) {
+	plain := policy(true, "kubevirt", "")
+	plain.Spec.VGPUDeviceManager.Enabled = nil
+	changes := policy(true, "kubevirt", "")
+	on := true
+	changes.Spec.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "registry.example/vgpu-manager:550"}
+	at := func(driver string) *corev1.Node { return node(map[string]string{names.GPUDriverLabel: driver}) }
+	assert.Equal(t, "datacenter", DriverNeeded("container"))
+	assert.Equal(t, "vgpu-host", DriverNeeded("vm-vgpu"))
+	assert.Empty(t, DriverNeeded("vm-passthrough"))
+
+	assert.Contains(t, DriverRefusal(at("vgpu-host"), "container", plain), "serves no CUDA container")
+	assert.Contains(t, DriverRefusal(at("datacenter"), "vm-vgpu", plain), "offers no vGPU")
+	for _, tc := range []struct {
+		n      *corev1.Node
+		config string
+		p      *v1alpha1.SandboxGPUPolicy
+	}{
+		{at("datacenter"), "container", plain}, {at("vgpu-host"), "vm-vgpu", plain}, {at("vgpu-host"), "vm-passthrough", plain},
+		{at("none"), "container", plain}, {node(nil), "vm-vgpu", plain}, {at("vgpu-host"), "container", changes},
+		{at("datacenter"), "vm-vgpu", changes},
+	} {
+		assert.Empty(t, DriverRefusal(tc.n, tc.config, tc.p), "%v %s", tc.n.Labels, tc.config)
+	}
+
+	held, why := DriverHeld(at("vgpu-host"), "container", changes)
+	assert.Equal(t, []string{names.NRIPlugin, names.NVIDIADevicePlugin}, held)
+	assert.Equal(t, "the node's GPUs to be on NVIDIA's data-centre driver (the GPU discovery agent reports "+names.GPUDriverLabel+"=vgpu-host)", why)
+	held, _ = DriverHeld(at("none"), "vm-vgpu", changes)
+	assert.Equal(t, []string{names.VGPUDeviceManager}, held)
+	for _, n := range []*corev1.Node{at("datacenter"), node(nil)} {
+		held, _ = DriverHeld(n, "container", changes)
+		assert.Empty(t, held)
+	}
+	held, _ = DriverHeld(at("vgpu-host"), "container", plain)
+	assert.Empty(t, held, "the operator changes no driver without vgpuManager")
+}

@@ -58,12 +58,13 @@ func discover() *shell.Command {
 	var kubeconfig string
 	o := discovery.Options{NodeName: os.Getenv("NODE_NAME")}
 	return &shell.Command{Name: "discover", Roots: true, Listen: true, HealthAddr: names.HealthAddr("", names.GPUDiscoveryPort), Daemon: true,
-		Summary: "labels its own Node " + names.GPUPresentLabel + "=true and " + names.GPUCountLabel +
-			"=N from sysfs while it has NVIDIA GPUs (and removes both when they are gone)",
+		Summary: "labels its own Node " + names.GPUPresentLabel + "=true, " + names.GPUCountLabel + "=N and " +
+			names.GPUDriverLabel + "=datacenter|vgpu-host|none from sysfs while it has NVIDIA GPUs (and removes them when they are gone)",
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&kubeconfig, "kubeconfig", "", kubeclient.FlagHelp)
 			fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node (default $NODE_NAME)")
 			fs.DurationVar(&o.Resync, "resync", time.Minute, "scan again this often without an event")
+			fs.DurationVar(&o.DriverPoll, "driver-poll", 5*time.Second, "check which NVIDIA driver runs this often, scanning at once when it changed")
 		},
 		Run: func(ctx context.Context, env *shell.Env) error {
 			var err error

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/sandbox-gpu/sandbox-gpu/discovery"
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/host/hostsim"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/names"
@@ -64,6 +65,14 @@ type Options struct {
 	// restarts), with nothing else of the node moving meanwhile: a test
 	// looks at the host as the operand finds it.
 	OnStart func(operand string)
+	// DataCentreDriver builds a fixture with vGPU-capable GPUs on NVIDIA's
+	// data-centre driver (hostsim.DataCentreDriver); the vgpu-manager
+	// operand then changes drivers (drivers.go).
+	DataCentreDriver bool
+	// Discovery runs the GPU discovery agent (which the product runs on
+	// every node) with the node's resync: it labels the Node's GPUs and
+	// their driver.
+	Discovery bool
 }
 
 // Agent plays one node; Run follows its labels.
@@ -116,7 +125,11 @@ func New(o Options) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", o.Node, err)
 		}
-		if a.k, err = fx.Build(a.path("host")); err != nil {
+		var opts []hostsim.Option
+		if o.DataCentreDriver {
+			opts = append(opts, hostsim.DataCentreDriver())
+		}
+		if a.k, err = fx.Build(a.path("host"), opts...); err != nil {
 			return nil, fmt.Errorf("node %s: simulated host %s: %w", o.Node, o.Fixture, err)
 		}
 		a.h = host.New(a.k.Options())
@@ -177,6 +190,20 @@ func (a *Agent) Run(ctx context.Context) {
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }})
 	go inf.Run(ctx.Done())
+	if a.o.Discovery && a.h != nil {
+		d, err := discovery.New(discovery.Options{NodeName: a.o.Node, Client: a.o.Client, Host: a.h, Resync: a.o.Resync,
+			Log: a.o.Log.WithValues("node", a.o.Node, "operand", names.GPUDiscovery)})
+		if err != nil {
+			a.o.Log.Error(err, "GPU discovery not started", "node", a.o.Node)
+		} else {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = d.Run(ctx)
+			}()
+			defer func() { <-done }()
+		}
+	}
 	a.mu.Lock()
 	a.ctx = ctx
 	a.mu.Unlock()
@@ -244,6 +271,7 @@ func (a *Agent) pass(ctx context.Context, n *corev1.Node) {
 		}
 		a.ops[name] = op
 	}
+	a.hostDriver(ctx)
 	for name, op := range a.ops {
 		r := op.ready()
 		if was, ok := a.pods[name]; ok && was == r {

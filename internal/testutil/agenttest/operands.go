@@ -123,8 +123,9 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 		run(func() { _ = v.Run(ctx) })
 		op.ready = func() bool { return v.Report().Ready }
 	case names.NVIDIADevicePlugin:
-		// NVIDIA's device plugin, taken as ready; on a simulated host it
-		// holds every GPU on its host driver open, as NVML does.
+		// NVIDIA's device plugin, ready while CUDA runs on the GPUs (the
+		// data-centre driver: drivers.go); on a simulated host it holds
+		// every GPU on its host driver open, as NVML does.
 		pid := a.standInPID()
 		a.holdHostGPUs(pid, log)
 		run(func() {
@@ -133,10 +134,17 @@ func (a *Agent) start(ctx context.Context, name string) (*operand, error) {
 				_ = a.k.Exit(pid) // its files close, as a process's do
 			}
 		})
-		op.ready = func() bool { return true }
+		op.ready = a.cudaReady
+	case names.VGPUManager:
+		if a.k == nil {
+			run(func() { <-ctx.Done() })
+			op.ready = func() bool { return true }
+			break
+		}
+		op.ready = a.startVGPUManager(ctx, log, run)
 	default:
-		// No container runtime and no driver here: the NRI plugin, the vGPU
-		// host driver and whatever else is taken as ready.
+		// No container runtime here: the NRI plugin and whatever else is
+		// taken as ready.
 		run(func() { <-ctx.Done() })
 		op.ready = func() bool { return true }
 	}
