@@ -110,12 +110,12 @@ vgpu-configs:
 // others.
 func TestStableUUIDsAfterReboot(t *testing.T) {
 	cfg := parse(t, testConfig)
-	_, h1 := fixture(t, "a10-vgpu")
+	_, h1 := fixture(t, "t4-vgpu")
 	apply(t, h1, cfg, "small", Options{}, ApplyOptions{})
-	_, h2 := fixture(t, "a10-vgpu")
+	_, h2 := fixture(t, "t4-vgpu")
 	apply(t, h2, cfg, "small", Options{}, ApplyOptions{})
 	assert.Equal(t, state(t, h1), state(t, h2))
-	_, h3 := fixture(t, "a10-vgpu")
+	_, h3 := fixture(t, "t4-vgpu")
 	apply(t, h3, cfg, "small", Options{NodeName: "node-b"}, ApplyOptions{})
 	assert.NotEqual(t, state(t, h1), state(t, h3))
 	assert.Equal(t, StableUUID("n", "0000:3b:00.0", 3), StableUUID("n", "0000:3b:00.0", 3))
