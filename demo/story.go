@@ -50,8 +50,9 @@ type Options struct {
 
 const namespace = "sandbox-gpu"
 
-// nodes of the story: two passthrough hosts, two vGPU hosts (an A10 with
-// mediated devices, two L40S with SR-IOV vendor-specific VFIO) each with
+// nodes of the story: two passthrough hosts, two vGPU hosts (an A10,
+// SR-IOV with a mediated device on each VF, two L40S with SR-IOV
+// vendor-specific VFIO) each with
 // a vGPU config selected, one node whose label has a typo (it falls back
 // to the policy default, container, with a warning), and a node without a
 // GPU, which is never touched.

@@ -21,7 +21,7 @@ import (
 
 // The story's vm-vgpu nodes, and the VM that holds a vGPU on one of them.
 const (
-	vgpuA10  = "vgpu-a10"  // an A10 with mediated devices (fixture a10-vgpu)
+	vgpuA10  = "vgpu-a10"  // an A10, SR-IOV: a mediated device on each VF (fixture a10-vgpu)
 	vgpuL40S = "vgpu-l40s" // two L40S, vGPUs on SR-IOV VFs (fixture l40s-vgpu)
 	vmPID    = 4242
 )
@@ -43,7 +43,7 @@ func (s *story) vgpuSteps() []step {
 			slices.Sort(got)
 			return true, strings.Join(got, "; ")
 		}},
-		{what: "the KubeVirt device plugin advertises them to the kubelet: the mdev vGPUs and the vGPU VFs are allocatable by type",
+		{what: "the KubeVirt device plugin advertises them to the kubelet: the A10's mdev vGPUs (one per VF) and the L40S vGPU VFs are allocatable by type",
 			cond: func(ctx context.Context) (bool, string) {
 				ok1, d1 := s.resourcesAre(ctx, vgpuA10, "nvidia.com/NVIDIA_A10-4Q=6")
 				ok2, d2 := s.resourcesAre(ctx, vgpuL40S, "nvidia.com/NVIDIA_L40S-24Q=4")

@@ -54,7 +54,7 @@ func newHost(t *testing.T, fixture string) (*hostsim.Kernel, *host.Host) {
 
 func TestCountGPUs(t *testing.T) {
 	for fixture, want := range map[string]int{
-		"a10": 1, "hgx-h100": 8, "workstation": 1, "cpu-only": 0, "gh200": 1, "l40s-vgpu": 2, "a10x8-vgpu": 8,
+		"a10": 1, "hgx-h100": 8, "workstation": 1, "cpu-only": 0, "gh200": 1, "l40s-vgpu": 2, "t4x8-vgpu": 8,
 	} {
 		_, h := newHost(t, fixture)
 		s, err := h.Scan()

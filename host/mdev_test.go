@@ -36,9 +36,9 @@ func TestParseMdevDescription(t *testing.T) {
 }
 
 func TestMdevInUse(t *testing.T) {
-	k, h := hostsim.NewHost(t, "a10-vgpu")
+	k, h := hostsim.NewHost(t, "t4-vgpu")
 	const uuid = "5e1a0000-0000-4000-8000-000000000001"
-	require.NoError(t, h.CreateMdev("0000:3b:00.0", "nvidia-558", uuid))
+	require.NoError(t, h.CreateMdev("0000:3b:00.0", "nvidia-232", uuid))
 	m, ok, err := h.ReadMdev(uuid)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -238,7 +238,10 @@ func envAllocator(env string) func([]deviceplugin.Device) *pluginapi.ContainerAl
 }
 
 // vgpuTypeNames maps vGPU type ids to names from every VF's creatable
-// list (a VF with a type set no longer lists it; its siblings do).
+// list (a VF with a type set no longer lists it; its siblings do), as
+// "NVIDIA <short name>", the form the manager's report gives: a card
+// whose driver writes "NVIDIA RTX Pro 6000 Blackwell DC-24Q" is named
+// DC-24Q (its config's name) whether or not it still lists the type.
 func vgpuTypeNames(h HostView, snap *host.Snapshot) map[int]string {
 	names := map[int]string{}
 	for _, f := range snap.Functions {
@@ -247,7 +250,9 @@ func vgpuTypeNames(h HostView, snap *host.Snapshot) map[int]string {
 		}
 		if vg, ok, err := h.VGPU(f.Address); err == nil && ok {
 			for id, n := range vg.Creatable {
-				names[id] = n
+				if short := host.ShortTypeName(n); short != "" {
+					names[id] = "NVIDIA " + short
+				}
 			}
 		}
 	}

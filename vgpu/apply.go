@@ -221,17 +221,42 @@ func precheck(ctx context.Context, h HostView, allocated Allocated, gp *GPUPlan)
 	return strings.Join(busy, "; ")
 }
 
+// rereadGPU reads one GPU again, and only it: the other GPUs' steps run
+// in parallel, and a VF of theirs that comes or goes while this one is
+// read is no reason to fail it.
+func rereadGPU(h HostView, names TypeNamer, was *GPU) (*GPU, error) {
+	snap, err := h.Scan()
+	if err != nil {
+		return nil, err
+	}
+	// A parent that is no NVIDIA GPU (Options.Parents) keeps its type
+	// names; one that is no PCI function (an mdev_bus name) has no VFs.
+	g := &GPU{Index: was.Index, Address: was.Address, ID: was.ID, mdevNames: was.mdevNames}
+	f, ok := snap.Function(was.Address)
+	switch {
+	case ok:
+		g.TotalVFs, g.VFs = f.SRIOVTotalVFs, f.VirtFns
+	case was.mdevNames == nil:
+		return nil, nil
+	}
+	mdevs, err := h.Mdevs()
+	if err != nil {
+		return nil, err
+	}
+	if err := readGPU(h, g, mdevs, names); err != nil {
+		return nil, fmt.Errorf("%s: %w", g.Describe(), err)
+	}
+	return g, nil
+}
+
 // replan reads the GPU again once its VFs are enabled, resolves the config
 // against what it now offers and plans the creates.
 func replan(ctx context.Context, h HostView, plan *Plan, gp *GPUPlan) ([]Step, string) {
-	gpus, err := inventory(h, plan.opts)
+	g, err := rereadGPU(h, plan.opts.TypeNames, gp.GPU)
 	if err != nil {
 		return nil, "failed: read the GPU after enabling its VFs: " + err.Error()
 	}
-	for _, g := range gpus {
-		if g.Address != gp.GPU.Address {
-			continue
-		}
+	if g != nil {
 		r, err := resolve(plan.File, plan.Config, gp.entries, g)
 		if err != nil {
 			return nil, "failed: config: " + err.Error()

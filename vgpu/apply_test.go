@@ -26,9 +26,11 @@ func TestApplyEveryBackend(t *testing.T) {
 		"a10-vgpu":        {"default": {"A10-12Q": 2}, "small": {"A10-4Q": 6}, "none": {}},
 		"a100-sriov-vgpu": {"default": {"A100-10C": 4}, "small": {"A100-4C": 10}, "none": {}},
 		"l40s-vgpu":       {"default": {"L40S-24Q": 2}, "small": {"L40S-8Q": 4, "L40S-8A": 2}, "none": {}},
+		"t4-vgpu":         {"default": {"T4-8Q": 2}, "small": {"T4-4Q": 4}, "none": {}},
 	}
 	protocol := map[string][]string{
-		"a10-vgpu":        {"/create", "/remove"},
+		"t4-vgpu":         {"/create", "/remove"},
+		"a10-vgpu":        {"/sriov_numvfs", "/create", "/remove"},
 		"a100-sriov-vgpu": {"/sriov_numvfs", "/create", "/remove"},
 		"l40s-vgpu":       {"/sriov_numvfs", "/current_vgpu_type"},
 	}
@@ -74,33 +76,33 @@ func nonZero(m map[string]int) map[string]int {
 // TestMatchingVGPUsAreKept: vGPUs of a wanted type stay, whatever their
 // UUID; only the surplus goes, and only what is missing is made.
 func TestMatchingVGPUsAreKept(t *testing.T) {
-	k, h := fixture(t, "a10-vgpu")
+	k, h := fixture(t, "t4-vgpu")
 	const foreign = "0c0ffee0-0000-4000-8000-000000000001"
-	require.NoError(t, h.CreateMdev("0000:3b:00.0", "nvidia-558", foreign)) // A10-4Q, made by someone else
+	require.NoError(t, h.CreateMdev("0000:3b:00.0", "nvidia-232", foreign)) // T4-4Q, made by someone else
 	k.ResetWrites()
 	res := apply(t, h, parse(t, testConfig), "small", Options{}, ApplyOptions{})
 	require.True(t, res.OK(), "%v", res.Refused)
 	ids := state(t, h)["0000:3b:00.0"]
-	assert.Len(t, ids, 6)
-	assert.Contains(t, ids, "A10-4Q@"+foreign, "kept whatever its UUID")
-	assert.Len(t, k.Writes(), 5, "five creates, no remove")
-	for i := 0; i < 5; i++ {
-		assert.Contains(t, ids, "A10-4Q@"+StableUUID(testNode, "0000:3b:00.0", i), "slot %d", i)
+	assert.Len(t, ids, 4)
+	assert.Contains(t, ids, "T4-4Q@"+foreign, "kept whatever its UUID")
+	assert.Len(t, k.Writes(), 3, "three creates, no remove")
+	for i := 0; i < 3; i++ {
+		assert.Contains(t, ids, "T4-4Q@"+StableUUID(testNode, "0000:3b:00.0", i), "slot %d", i)
 	}
 
 	fewer := parse(t, `version: v1
 vgpu-configs:
   two:
     - devices: [0]
-      vgpu-devices: {"A10-4Q": 2}
+      vgpu-devices: {"T4-4Q": 2}
 `)
 	k.ResetWrites()
 	res = apply(t, h, fewer, "two", Options{}, ApplyOptions{})
 	require.True(t, res.OK(), "%v", res.Refused)
 	ids = state(t, h)["0000:3b:00.0"]
-	assert.ElementsMatch(t, []string{"A10-4Q@" + StableUUID(testNode, "0000:3b:00.0", 0), "A10-4Q@" + StableUUID(testNode, "0000:3b:00.0", 1)}, ids,
+	assert.ElementsMatch(t, []string{"T4-4Q@" + StableUUID(testNode, "0000:3b:00.0", 0), "T4-4Q@" + StableUUID(testNode, "0000:3b:00.0", 1)}, ids,
 		"the stable slots stay, the foreign one goes first")
-	assert.Len(t, k.Writes(), 4, "four removes, nothing created")
+	assert.Len(t, k.Writes(), 2, "two removes, nothing created")
 }
 
 // TestStableUUIDsAfterReboot: the same node, GPU and slot give the same
@@ -108,12 +110,12 @@ vgpu-configs:
 // others.
 func TestStableUUIDsAfterReboot(t *testing.T) {
 	cfg := parse(t, testConfig)
-	_, h1 := fixture(t, "a10-vgpu")
+	_, h1 := fixture(t, "t4-vgpu")
 	apply(t, h1, cfg, "small", Options{}, ApplyOptions{})
-	_, h2 := fixture(t, "a10-vgpu")
+	_, h2 := fixture(t, "t4-vgpu")
 	apply(t, h2, cfg, "small", Options{}, ApplyOptions{})
 	assert.Equal(t, state(t, h1), state(t, h2))
-	_, h3 := fixture(t, "a10-vgpu")
+	_, h3 := fixture(t, "t4-vgpu")
 	apply(t, h3, cfg, "small", Options{NodeName: "node-b"}, ApplyOptions{})
 	assert.NotEqual(t, state(t, h1), state(t, h3))
 	assert.Equal(t, StableUUID("n", "0000:3b:00.0", 3), StableUUID("n", "0000:3b:00.0", 3))
@@ -123,15 +125,15 @@ func TestStableUUIDsAfterReboot(t *testing.T) {
 
 // TestUnmanagedGPUsUntouched: GPUs no entry selects keep their vGPUs.
 func TestUnmanagedGPUsUntouched(t *testing.T) {
-	k, h := fixture(t, "a10x8-vgpu")
+	k, h := fixture(t, "t4x8-vgpu")
 	cfg := parse(t, `version: v1
 vgpu-configs:
   all:
     - devices: all
-      vgpu-devices: {"A10-6Q": 4}
+      vgpu-devices: {"T4-4Q": 4}
   first:
     - devices: [0, 9]
-      vgpu-devices: {"A10-12Q": 2}
+      vgpu-devices: {"T4-8Q": 2}
 `)
 	require.True(t, apply(t, h, cfg, "all", Options{}, ApplyOptions{}).OK())
 	before := state(t, h)
@@ -165,7 +167,7 @@ func TestPauseFileWhileChanging(t *testing.T) {
 	})
 	res := apply(t, h, cfg, "small", Options{}, ApplyOptions{PauseFile: pause})
 	require.True(t, res.OK(), "%v", res.Refused)
-	assert.Equal(t, 6, seen, "paused during each of the six creates")
+	assert.Equal(t, 7, seen, "paused during the VF enable and each of the six creates")
 	assert.NoFileExists(t, pause)
 
 	k.CrashAfter(2)
@@ -211,7 +213,7 @@ func TestPauseFileNeverFollowsALink(t *testing.T) {
 	})
 	res := apply(t, h, cfg, "small", Options{}, ApplyOptions{PauseFile: pause})
 	require.True(t, res.OK(), "%v %v", res.Refused, res.Errors)
-	assert.Equal(t, 6, paused, "a regular pause file during each of the six creates")
+	assert.Equal(t, 7, paused, "a regular pause file during the VF enable and each of the six creates")
 	b, err := os.ReadFile(disk)
 	require.NoError(t, err)
 	assert.Equal(t, "the host's disk", string(b), "the link's target is untouched")

@@ -43,13 +43,13 @@ const benchConfig = `version: v1
 vgpu-configs:
   all:
     - devices: all
-      vgpu-devices: {"A10-6Q": 4}
+      vgpu-devices: {"T4-4Q": 4}
   one:
     - devices: [0]
-      vgpu-devices: {"A10-6Q": 4}
+      vgpu-devices: {"T4-4Q": 4}
 `
 
-// BenchmarkApply8GPUs applies 32 vGPUs on 8 simulated A10s (4 each, 150 ms
+// BenchmarkApply8GPUs applies 32 vGPUs on 8 simulated T4s (4 each, 150 ms
 // per create). Each iteration also applies the same 4 vGPUs on one GPU
 // alone; x-slowest-gpu is the whole apply's time over that GPU's (target:
 // parallel at most 1.3).
@@ -57,10 +57,10 @@ func BenchmarkApply8GPUs(b *testing.B) {
 	cfg := parse(b, benchConfig)
 	testutil.ParallelVsSequential(b, "gpu", "apply", func(b *testing.B, sequential bool) (one, all func() error) {
 		opts := ApplyOptions{Sequential: sequential}
-		k1, h1 := fixture(b, "a10x8-vgpu")
+		k1, h1 := fixture(b, "t4x8-vgpu")
 		vgpuLatency(k1)
 		single := planOf(b, h1, cfg, "one", Options{})
-		k, h := fixture(b, "a10x8-vgpu")
+		k, h := fixture(b, "t4x8-vgpu")
 		vgpuLatency(k)
 		plan := planOf(b, h, cfg, "all", Options{})
 		one = func() error {

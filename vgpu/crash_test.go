@@ -23,7 +23,7 @@ func TestCrashAfterEveryWrite(t *testing.T) {
 	cfg := parse(t, testConfig)
 	transitions := [][2]string{{"none", "default"}, {"default", "small"}, {"small", "default"}, {"small", "none"}}
 	seq := ApplyOptions{Sequential: true}
-	for _, fx := range []string{"a10-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
+	for _, fx := range []string{"t4-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
 		for _, tr := range transitions {
 			t.Run(fmt.Sprintf("%s/%s-to-%s", fx, tr[0], tr[1]), func(t *testing.T) {
 				prepare := func(t *testing.T) (*hostsim.Kernel, *host.Host) {

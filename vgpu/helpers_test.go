@@ -31,6 +31,9 @@ vgpu-configs:
     - device-filter: ["0x26B910DE"]
       devices: all
       vgpu-devices: {"L40S-24Q": 2}
+    - device-filter: "0x1EB810DE"
+      devices: all
+      vgpu-devices: {"T4-8Q": 2}
   small:
     - devices: all
       device-filter: "0x223610DE"
@@ -41,6 +44,9 @@ vgpu-configs:
     - devices: all
       device-filter: "0x26B910DE"
       vgpu-devices: {"L40S-8Q": 4, "L40S-8A": 2}
+    - devices: all
+      device-filter: "0x1EB810DE"
+      vgpu-devices: {"T4-4Q": 4}
   none:
     - devices: all
       vgpu-devices: {}

@@ -32,8 +32,9 @@ func TestHostValidation(t *testing.T) {
 	for _, c := range []struct {
 		fixture, vgpus, key, msg string
 	}{
-		{"a10-vgpu", "{A100-10C: 1}", "vgpu-configs.bad[0].vgpu-devices.A100-10C", "this GPU cannot host A100-10C; it can host A10-4C, A10-6C"},
-		{"a10-vgpu", "{A10-4Q: 7}", "vgpu-configs.bad[0].vgpu-devices.A10-4Q", "asks for 7 vGPUs of size 4 GB; this GPU holds at most 6 (from mdev description)"},
+		{"t4-vgpu", "{A100-10C: 1}", "vgpu-configs.bad[0].vgpu-devices.A100-10C", "this GPU cannot host A100-10C; it can host T4-1A, T4-2A"},
+		{"t4-vgpu", "{T4-4Q: 5}", "vgpu-configs.bad[0].vgpu-devices.T4-4Q", "asks for 5 vGPUs of size 4 GB; this GPU holds at most 4 (from mdev description)"},
+		{"a10-vgpu", "{A10-4Q: 7}", "vgpu-configs.bad[0].vgpu-devices.A10-4Q", "asks for 7 vGPUs of size 4 GB; this GPU holds at most 6 (from catalog)"},
 		{"a10-vgpu", "{A10-12Q: 1, A10-8Q: 2}", "vgpu-configs.bad[0].vgpu-devices", "asks for 28 GB of vGPUs (A10-12Q (12 GB) x1, A10-8Q (8 GB) x2); this GPU has 24 GB"},
 		{"a100-sriov-vgpu", "{A100-1-5C: 2}", "vgpu-configs.bad[0].vgpu-devices.A100-1-5C", "A100-1-5C is a MIG-backed vGPU type: it needs the GPU in MIG mode (nvidia-smi -i 0000:41:00.0 -mig 1) with a GPU instance of 1 slices"},
 		{"a100-sriov-vgpu", "{A100-10C: 5}", "vgpu-configs.bad[0].vgpu-devices.A100-10C", "holds at most 4 (from catalog)"},
@@ -133,7 +134,7 @@ func TestDefaultConfigOnEveryFixture(t *testing.T) {
 	def, err := vgpuconfig.Default()
 	require.NoError(t, err)
 	for fx, want := range map[string]map[string]int{
-		"a10-vgpu": {"A10-12Q": 2}, "a100-sriov-vgpu": {"A100-20C": 2}, "l40s-vgpu": {"L40S-24Q": 2}, "a10x8-vgpu": {"A10-12Q": 2},
+		"a10-vgpu": {"A10-12Q": 2}, "a100-sriov-vgpu": {"A100-20C": 2}, "l40s-vgpu": {"L40S-24Q": 2}, "t4x8-vgpu": {"T4-8Q": 2},
 	} {
 		_, h := fixture(t, fx)
 		res := apply(t, h, def, vgpuconfig.DefaultName, Options{}, ApplyOptions{})

@@ -14,7 +14,7 @@ import (
 // TestReportJSONKeys pins the documented keys of plan and apply JSON.
 func TestReportJSONKeys(t *testing.T) {
 	cfg := parse(t, testConfig)
-	k, h := fixture(t, "a10-vgpu")
+	k, h := fixture(t, "t4-vgpu") // mdev on the GPU itself
 	p := planOf(t, h, cfg, "default", Options{})
 	var buf bytes.Buffer
 	require.NoError(t, jsonout.Write(&buf, PlanReport(p)))
@@ -24,7 +24,7 @@ func TestReportJSONKeys(t *testing.T) {
 	assert.Equal(t, true, got["dryRun"])
 	gpu := got["gpus"].([]any)[0].(map[string]any)
 	assert.ElementsMatch(t, []string{"index", "address", "device", "backend", "managed", "want", "have", "types"}, keys(gpu))
-	assert.Equal(t, "10de:2236", gpu["device"])
+	assert.Equal(t, "10de:1eb8", gpu["device"])
 	assert.Equal(t, "mdev", gpu["backend"])
 	typ := gpu["types"].([]any)[0].(map[string]any)
 	assert.ElementsMatch(t, []string{"name", "id", "max", "maxFrom"}, keys(typ))
@@ -47,7 +47,7 @@ func TestReportJSONKeys(t *testing.T) {
 	ref := got["refused"].([]any)[0].(map[string]any)
 	assert.ElementsMatch(t, []string{"gpu", "address", "reason"}, keys(ref))
 	assert.Contains(t, ref["reason"], "in use: ")
-	assert.Equal(t, map[string]any{"A10-12Q": float64(2)}, got["gpus"].([]any)[0].(map[string]any)["have"])
+	assert.Equal(t, map[string]any{"T4-8Q": float64(2)}, got["gpus"].([]any)[0].(map[string]any)["have"])
 }
 
 func TestWriteTable(t *testing.T) {

@@ -50,7 +50,7 @@ func numVFs(t testing.TB, h *host.Host) map[host.Address]int {
 // the GPU can be passed through again; a second release writes nothing.
 func TestReleaseRemovesEveryVGPUAndDisablesVFs(t *testing.T) {
 	cfg := parse(t, testConfig)
-	for _, fx := range []string{"a10-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
+	for _, fx := range []string{"t4-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
 		k, h := fixture(t, fx)
 		require.True(t, apply(t, h, cfg, "default", Options{}, ApplyOptions{}).OK(), fx)
 		res := release(t, h, Options{}, ApplyOptions{})
@@ -98,7 +98,7 @@ func TestReleaseNeverTouchesAVGPUInUse(t *testing.T) {
 // write converges when run again, with nothing left and no violation.
 func TestReleaseCrashAfterEveryWrite(t *testing.T) {
 	cfg := parse(t, testConfig)
-	for _, fx := range []string{"a10-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
+	for _, fx := range []string{"t4-vgpu", "a100-sriov-vgpu", "l40s-vgpu"} {
 		prepare := func() (*hostsim.Kernel, *host.Host) {
 			k, h := fixture(t, fx)
 			require.True(t, apply(t, h, cfg, "small", Options{}, ApplyOptions{}).OK())
@@ -177,7 +177,7 @@ func TestRunRelease(t *testing.T) {
 	f.waitEvent(t, EventReleaseRefused, "qemu-kvm")
 	testutil.Eventually(t, waitFor, "the refusal on the Node", func() bool {
 		r := report()
-		return !r.Done && len(r.Left) == 1 && r.Left[0] == "0000:3b:00.0 (6 vGPUs, 0 VFs)"
+		return !r.Done && len(r.Left) == 1 && r.Left[0] == "0000:3b:00.0 (6 vGPUs, 32 VFs)"
 	})
 	assert.Contains(t, report().Reason, "0000:3b:00.0: in use")
 	mu.Lock()

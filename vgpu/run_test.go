@@ -268,7 +268,7 @@ func TestRunSteadyStateAndPause(t *testing.T) {
 	f.mu.Lock()
 	paused := f.pausedWrites
 	f.mu.Unlock()
-	assert.Equal(t, 2, paused, "both creates ran paused")
+	assert.Equal(t, 3, paused, "the VF enable and both creates ran paused")
 
 	rv := f.get(t).ResourceVersion
 	events := len(f.events(t))

@@ -42,22 +42,22 @@ func mdevGroup(t *testing.T, h *host.Host, uuid string) string {
 // whole change refused ("in use", exit 2) with no write to it at all; the
 // other seven GPUs change.
 func TestHeldVGPUIsNeverRemoved(t *testing.T) {
-	k, h := fixture(t, "a10x8-vgpu")
+	k, h := fixture(t, "t4x8-vgpu")
 	cfg := parse(t, `version: v1
 vgpu-configs:
-  six:
+  quarter:
     - devices: all
-      vgpu-devices: {"A10-6Q": 4}
-  twelve:
+      vgpu-devices: {"T4-4Q": 4}
+  half:
     - devices: all
-      vgpu-devices: {"A10-12Q": 2}
+      vgpu-devices: {"T4-8Q": 2}
 `)
-	require.True(t, apply(t, h, cfg, "six", Options{}, ApplyOptions{}).OK())
+	require.True(t, apply(t, h, cfg, "quarter", Options{}, ApplyOptions{}).OK())
 	held := StableUUID(testNode, "0000:18:00.0", 2)
 	require.NoError(t, k.HoldOpen(5000, "qemu-kvm", mdevGroup(t, h, held)))
 	before := state(t, h)
 
-	p := planOf(t, h, cfg, "twelve", Options{})
+	p := planOf(t, h, cfg, "half", Options{})
 	refused := p.Refusals()
 	require.Len(t, refused, 1)
 	assert.Equal(t, 0, refused[0].GPU)
@@ -76,7 +76,7 @@ vgpu-configs:
 	assert.Equal(t, before["0000:18:00.0"], state(t, h)["0000:18:00.0"], "GPU 0 left exactly as it was")
 	for addr, c := range countsOf(t, h) {
 		if addr != "0000:18:00.0" {
-			assert.Equal(t, map[string]int{"A10-12Q": 2}, c, "%s changed", addr)
+			assert.Equal(t, map[string]int{"T4-8Q": 2}, c, "%s changed", addr)
 		}
 	}
 	assert.Empty(t, k.Violations())

@@ -177,14 +177,19 @@ func hgxH100() Fixture {
 	return fx
 }
 
-// Lookup returns the fixture with the given name.
+// Lookup returns the fixture with the given name, from Fixtures() or
+// VGPUFixtures().
 func Lookup(name string) (Fixture, error) {
 	var names []string
-	for _, fx := range Fixtures() {
+	seen := map[string]bool{}
+	for _, fx := range append(Fixtures(), VGPUFixtures()...) {
 		if fx.Name == name {
 			return fx, nil
 		}
-		names = append(names, fx.Name)
+		if !seen[fx.Name] {
+			seen[fx.Name] = true
+			names = append(names, fx.Name)
+		}
 	}
 	return Fixture{}, fmt.Errorf("unknown simulated host %q (have %v)", name, names)
 }

@@ -31,27 +31,27 @@ func mdevTypes(t *testing.T, h *host.Host, parent host.Address) map[string]host.
 }
 
 func TestMdevCreateRemoveLikeTheKernel(t *testing.T) {
-	k, h := hostsim.NewHost(t, "a10-vgpu")
+	k, h := hostsim.NewHost(t, "t4-vgpu")
 	const gpu = host.Address("0000:3b:00.0")
 	types := mdevTypes(t, h, gpu)
-	require.Contains(t, types, "A10-4Q")
-	assert.Equal(t, "nvidia-558", types["A10-4Q"].ID)
-	assert.Equal(t, 6, types["A10-4Q"].Available)
-	assert.Equal(t, 6, types["A10-4Q"].MaxInstances, "max_instance from the description")
-	assert.Equal(t, 4096, types["A10-4Q"].FramebufferMB)
+	require.Contains(t, types, "T4-4Q")
+	assert.Equal(t, "nvidia-232", types["T4-4Q"].ID)
+	assert.Equal(t, 4, types["T4-4Q"].Available)
+	assert.Equal(t, 4, types["T4-4Q"].MaxInstances, "max_instance from the description")
+	assert.Equal(t, 4096, types["T4-4Q"].FramebufferMB)
 	parent, err := filepath.EvalSymlinks(filepath.Join(k.Root(), "sys/class/mdev_bus", string(gpu)))
 	require.NoError(t, err)
 	assert.Equal(t, string(gpu), filepath.Base(parent), "class/mdev_bus links the parent")
 
-	require.NoError(t, h.CreateMdev(gpu, "nvidia-558", u1))
+	require.NoError(t, h.CreateMdev(gpu, "nvidia-232", u1))
 	ms, err := h.Mdevs()
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 	m := ms[0]
 	assert.Equal(t, u1, m.UUID)
 	assert.Equal(t, gpu, m.Parent)
-	assert.Equal(t, "nvidia-558", m.TypeID)
-	assert.Equal(t, "NVIDIA A10-4Q", m.TypeName)
+	assert.Equal(t, "nvidia-232", m.TypeID)
+	assert.Equal(t, "NVIDIA T4-4Q", m.TypeName)
 	assert.Equal(t, "nvidia-vgpu-vfio", m.Driver)
 	require.NotEqual(t, host.NoGroup, m.IOMMUGroup)
 	assert.NotEqual(t, 12, m.IOMMUGroup, "an mdev has its own IOMMU group")
@@ -63,14 +63,14 @@ func TestMdevCreateRemoveLikeTheKernel(t *testing.T) {
 	assert.Equal(t, gpu, k.Writes()[0].Address, "the write log names the parent")
 
 	types = mdevTypes(t, h, gpu)
-	assert.Equal(t, 5, types["A10-4Q"].Available, "available_instances shrink")
-	assert.Equal(t, 5, types["A10-4C"].Available, "same framebuffer size: still available")
-	assert.Equal(t, 0, types["A10-8Q"].Available, "another size: none while A10-4Q vGPUs exist")
+	assert.Equal(t, 3, types["T4-4Q"].Available, "available_instances shrink")
+	assert.Equal(t, 3, types["T4-4C"].Available, "same framebuffer size: still available")
+	assert.Equal(t, 0, types["T4-8Q"].Available, "another size: none while T4-4Q vGPUs exist")
 
-	err = h.CreateMdev(gpu, "nvidia-558", u1)
+	err = h.CreateMdev(gpu, "nvidia-232", u1)
 	assert.ErrorIs(t, err, syscall.EEXIST, "the same UUID again")
-	err = h.CreateMdev(gpu, "nvidia-560", u2)
-	assert.ErrorIs(t, err, syscall.EUSERS, "A10-8Q while A10-4Q exists")
+	err = h.CreateMdev(gpu, "nvidia-233", u2)
+	assert.ErrorIs(t, err, syscall.EUSERS, "T4-8Q while T4-4Q exists")
 
 	require.NoError(t, k.HoldOpen(4000, "qemu-kvm", "vfio/"+strconv.Itoa(m.IOMMUGroup)))
 	err = h.RemoveMdev(u1)
@@ -87,19 +87,19 @@ func TestMdevCreateRemoveLikeTheKernel(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.NoFileExists(t, filepath.Join(k.Root(), "dev/vfio", strconv.Itoa(m.IOMMUGroup)))
-	assert.Equal(t, 3, mdevTypes(t, h, gpu)["A10-8Q"].Available, "all sizes back")
+	assert.Equal(t, 2, mdevTypes(t, h, gpu)["T4-8Q"].Available, "all sizes back")
 	assert.ErrorIs(t, h.RemoveMdev(u1), syscall.ENOENT, "gone")
 }
 
 func TestMdevCapacity(t *testing.T) {
-	k, h := hostsim.NewHost(t, "a10-vgpu")
+	k, h := hostsim.NewHost(t, "t4-vgpu")
 	const gpu = host.Address("0000:3b:00.0")
-	for i := 0; i < 3; i++ {
-		require.NoError(t, h.CreateMdev(gpu, "nvidia-560", "5e1a0000-0000-4000-8000-00000000001"+strconv.Itoa(i)))
+	for i := 0; i < 2; i++ {
+		require.NoError(t, h.CreateMdev(gpu, "nvidia-233", "5e1a0000-0000-4000-8000-00000000001"+strconv.Itoa(i)))
 	}
-	assert.Equal(t, 0, mdevTypes(t, h, gpu)["A10-8Q"].Available)
-	assert.ErrorIs(t, h.CreateMdev(gpu, "nvidia-560", u2), syscall.EUSERS)
-	assert.Equal(t, map[string]int{"NVIDIA A10-8Q": 3}, k.VGPUCounts(string(gpu)))
+	assert.Equal(t, 0, mdevTypes(t, h, gpu)["T4-8Q"].Available)
+	assert.ErrorIs(t, h.CreateMdev(gpu, "nvidia-233", u2), syscall.EUSERS)
+	assert.Equal(t, map[string]int{"NVIDIA T4-8Q": 2}, k.VGPUCounts(string(gpu)))
 }
 
 func TestSRIOVMdevOnVFs(t *testing.T) {

@@ -7,7 +7,9 @@ import (
 
 // product is one GPU model's time-sliced vGPU offer, from NVIDIA's vGPU
 // software documentation ("Virtual GPU Types for Supported GPUs", vGPU 16
-// and 17): the framebuffer each type gets, per series, and the GPU's
+// and 17; "Hopper Architecture vGPU Types" of NVIDIA AI Enterprise 7 for
+// the H200; the B200 and RTX PRO 6000 Blackwell sizes follow the same
+// pattern until NVIDIA's tables are at hand): the framebuffer each type gets, per series, and the GPU's
 // framebuffer. The catalog serves where sysfs cannot tell yet or any more:
 // an SR-IOV GPU whose VFs are not enabled (no type is visible before),
 // and the capacity of vendor-VFIO types (creatable_vgpu_types has no
@@ -75,6 +77,18 @@ func catalogFor(device uint16) []product {
 		return []product{dataCenter("H100XM", 80, nil, h80)}
 	case 0x2321:
 		return []product{dataCenter("H100L", 94, nil, []int{4, 6, 11, 15, 23, 31, 47, 94})}
+	case 0x2335:
+		return []product{dataCenter("H200X", 141, nil, []int{4, 7, 8, 14, 17, 28, 35, 70, 141})}
+	case 0x233b:
+		return []product{dataCenter("H200", 141, nil, []int{4, 7, 8, 14, 17, 28, 35, 70, 141})}
+	case 0x2901:
+		return []product{dataCenter("B200X", 180, nil, []int{5, 9, 11, 18, 22, 36, 45, 90, 180})}
+	case 0x2bb5:
+		// "NVIDIA RTX Pro 6000 Blackwell DC-48Q": the short name's
+		// product is DC. No B series.
+		p := dataCenter("DC", 96, []int{2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96}, []int{4, 6, 8, 12, 16, 24, 32, 48, 96})
+		delete(p.Series, "B")
+		return []product{p}
 	case 0x1eb8:
 		return []product{dataCenter("T4", 16, q16, c16)}
 	case 0x1db4:

@@ -34,7 +34,8 @@ type vgpuCase struct {
 	count           int
 }
 
-// An A10 with mediated devices: A10-4Q fills it with six mdevs, advertised by UUID.
+// An A10 (SR-IOV, a mediated device on each VF): A10-4Q fills it with six mdevs on six of its 32 VFs,
+// advertised by UUID.
 func TestKubeVirtVGPUMdev(t *testing.T) {
 	runVGPU(t, vgpuCase{fixture: "a10-vgpu", config: "A10-4Q", resource: "nvidia.com/NVIDIA_A10-4Q",
 		env: "MDEV_PCI_RESOURCE_NVIDIA_COM_NVIDIA_A10-4Q", mdev: true, count: 6})

@@ -73,13 +73,13 @@ func TestPlanChangesNothingApplyConverges(t *testing.T) {
 	s := newSim(t, "a10-vgpu")
 	code, out, errOut := s.run(t, "plan", "--selected", "A10-4Q", "--output", "json")
 	require.Equal(t, 0, code, errOut)
-	assert.Len(t, decode(t, out).Actions, 6)
+	assert.Len(t, decode(t, out).Actions, 7, "enable the A10's VFs, six creates")
 	assert.Empty(t, s.k.Writes(), "plan writes nothing")
 
 	code, out, errOut = s.run(t, "apply", "--selected", "A10-4Q", "--output", "json")
 	require.Equal(t, 0, code, errOut)
 	r := decode(t, out)
-	assert.Len(t, r.Actions, 6)
+	assert.Len(t, r.Actions, 7)
 	assert.Equal(t, map[string]int{"A10-4Q": 6}, r.GPUs[0].Have)
 
 	s.k.ResetWrites()
