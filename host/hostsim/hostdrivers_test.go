@@ -32,12 +32,12 @@ func TestTwoNVIDIADrivers(t *testing.T) {
 		return d
 	}
 
-	k, h := NewHost(t, "a10-vgpu")
+	k, h := NewHost(t, "t4-vgpu")
 	assert.Equal(t, host.NVIDIADriverVGPUHost, driver(h), "a vGPU fixture is on the vGPU host driver")
 	assert.True(t, types(k))
 	assert.ErrorIs(t, k.DeleteModule(ModuleNVIDIA), syscall.EWOULDBLOCK, "nvidia_vgpu_vfio needs nvidia")
 
-	fx, err := Lookup("a10-vgpu")
+	fx, err := Lookup("t4-vgpu")
 	require.NoError(t, err)
 	k, err = fx.Build(t.TempDir(), DataCentreDriver())
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestTwoNVIDIADrivers(t *testing.T) {
 
 	// A vGPU keeps nvidia_vgpu_vfio loaded.
 	const uuid = "a8d2b1c4-0000-4000-8000-000000000001"
-	create := filepath.Join(k.Root(), "sys", "bus", "pci", "devices", pf, "mdev_supported_types", "nvidia-558", "create")
+	create := filepath.Join(k.Root(), "sys", "bus", "pci", "devices", pf, "mdev_supported_types", "nvidia-230", "create")
 	require.NoError(t, k.WriteFile(create, []byte(uuid)))
 	assert.ErrorIs(t, k.DeleteModule(ModuleVGPUVFIO), syscall.EWOULDBLOCK)
 	require.NoError(t, k.WriteFile(filepath.Join(k.Root(), "sys", "bus", "mdev", "devices", uuid, "remove"), []byte("1")))
