@@ -274,7 +274,8 @@ func TestDriverLabelFollowsTheKernel(t *testing.T) {
 	require.NoError(t, k.InitModule(k.ModuleImage(hostsim.ModuleNVIDIA, hostsim.FlavourVGPU)))
 	require.NoError(t, k.InitModule(k.ModuleImage(hostsim.ModuleVGPUVFIO, hostsim.FlavourVGPU)))
 	ag.waitLabels(t, gpuLabels("1", host.NVIDIADriverVGPUHost))
-	assert.Equal(t, host.NVIDIADriverVGPUHost, ag.a.Report().Driver)
+	// The report is stored once the scan's label write is done: poll it.
+	testutil.Eventually(t, wait, "the report names the vGPU host driver", func() bool { return ag.a.Report().Driver == host.NVIDIADriverVGPUHost })
 	require.NoError(t, k.DeleteModule(hostsim.ModuleVGPUVFIO))
 	require.NoError(t, k.DeleteModule(hostsim.ModuleNVIDIA))
 	require.NoError(t, host.New(k.Options()).EnsureDriver(context.Background(), "nvidia", hostsim.ModuleNVIDIA))
