@@ -24,10 +24,10 @@ STAMP         = @echo "== make $@ $$(date -u +%T)"
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-CGO_BINARIES  := nri-gpu-plugin
+CGO_BINARIES  := nri-gpu-plugin vgpu-device-manager
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-build: ## Build every binary into bin/: static, except nri-gpu-plugin (cgo: NVML is loaded with dlopen)
+build: ## Build every binary into bin/: static, except nri-gpu-plugin and vgpu-device-manager (cgo: NVML is loaded with dlopen)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(filter-out $(CGO_BINARIES),$(BINARIES)))
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(addprefix ./cmd/,$(CGO_BINARIES))
 

@@ -11,7 +11,7 @@
 #   hack/images.sh deps      installs what hack/imagebuild's tests need from apt (docker-registry), if missing.
 #
 # Environment: REGISTRY (ghcr.io/sandbox-gpu), VERSION (v0.1.0), BIN_DIR (bin), OUT (bin/images),
-# CGO_BINARIES (nri-gpu-plugin: built with cgo, as `make build` does), BINARIES (default: all shipped),
+# CGO_BINARIES (nri-gpu-plugin vgpu-device-manager: built with cgo, as `make build` does), BINARIES (default: all shipped),
 # SOURCE_DATE_EPOCH (default: HEAD's commit time), REVISION (default: git HEAD; for a tree outside git),
 # INSECURE (0), DEBIAN_KEYRING (/usr/share/keyrings/debian-archive-keyring.gpg: the keys Debian's index
 # must be signed by). Same sources, same digests.
@@ -23,7 +23,7 @@ REGISTRY=${REGISTRY:-ghcr.io/sandbox-gpu}
 VERSION=${VERSION:-v0.1.0}
 BIN_DIR=${BIN_DIR:-bin}
 OUT=${OUT:-bin/images}
-CGO_BINARIES=${CGO_BINARIES:-nri-gpu-plugin}
+CGO_BINARIES=${CGO_BINARIES:-nri-gpu-plugin vgpu-device-manager}
 INSECURE=${INSECURE:-0}
 DEBIAN_KEYRING=${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 go=${GO:-go}

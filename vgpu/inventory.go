@@ -259,7 +259,21 @@ func readVendorGPU(h HostView, g *GPU, namer TypeNamer) error {
 		l.Learn(g.Address, listed) // before any create writes one of these ids
 	}
 	if namer != nil {
-		more, err := namer.TypeNames(g.Address)
+		var more map[int]string
+		var err error
+		if ask, ok := namer.(idNamer); ok {
+			// Only what neither the lists nor the memory name sends it
+			// to its fallback (NVML).
+			var need []int
+			for _, id := range current {
+				if _, ok := listed[id]; !ok && id != 0 {
+					need = append(need, id)
+				}
+			}
+			more, err = ask.TypeNamesFor(g.Address, need)
+		} else {
+			more, err = namer.TypeNames(g.Address)
+		}
 		if err != nil {
 			return fmt.Errorf("name its vGPU types: %w", err)
 		}

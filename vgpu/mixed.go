@@ -28,8 +28,9 @@ import (
 // https://docs.nvidia.com/deploy/nvml-api/structnvmlVgpuPlacementList__v2__t.html,
 // https://docs.nvidia.com/ai-enterprise/release-8/latest/infra-software/vgpu/features/heterogeneous-vgpu.html.
 //
-// The manager cannot ask NVML (the shipped binary is CGO_ENABLED=0), and no
-// sysfs file names the mode, so it reads the mode from the driver's lists:
+// The manager asks NVML only for type names (nvmltypes, and only where the
+// vGPU host driver's library is mounted), and no sysfs file names the
+// mode, so it reads the mode from the driver's lists:
 // a GPU holding vGPUs of two sizes, or holding one size and offering
 // another, is in mixed-size mode; a GPU holding one size S that it still
 // offers, while it offers no type whose size divides S, is in equal-size

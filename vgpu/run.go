@@ -35,8 +35,11 @@ type RunOptions struct {
 	RunDir    string
 	Allocated Allocated // the kubelet's allocations; nil for none
 	// TypeNames names vendor-VFIO type ids nobody remembers (NVML on a
-	// node); nil for none. Run keeps its own TypeMemory in
-	// names.VGPUTypesFile in RunDir in front of it.
+	// node: vgpu/nvmltypes); nil for none. Run keeps its own TypeMemory in
+	// names.VGPUTypesFile in RunDir in front of it, which asks it only for
+	// the ids a VF holds that neither the driver's lists nor the memory
+	// name; an error it returns fails the pass, so a namer that may fail
+	// (NVML) names nothing instead and logs why.
 	TypeNames TypeNamer
 	// Resync applies again without an event (default 5m).
 	Resync time.Duration

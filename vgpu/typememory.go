@@ -20,7 +20,8 @@ import (
 // written to its file at once, before the create that follows can write
 // the id: a manager killed after that write still names it when started
 // again. Ids it does not know it asks Fallback (NVML on a node; nil for
-// none). Safe for concurrent use.
+// none): Inventory asks it (TypeNamesFor) only when a VF holds an id that
+// neither the driver's lists nor the memory name. Safe for concurrent use.
 type TypeMemory struct {
 	Fallback TypeNamer
 
@@ -133,6 +134,28 @@ func (m *TypeMemory) TypeNames(gpu host.Address) (map[int]string, error) {
 	}
 	maps.Copy(out, m.Remembered(gpu))
 	return out, nil
+}
+
+// TypeNamesFor is TypeNames asking Fallback only when the memory does not
+// name every one of ids (the type ids a GPU's VFs hold that the driver's
+// lists do not name): NVML is asked only for what nobody else names.
+func (m *TypeMemory) TypeNamesFor(gpu host.Address, ids []int) (map[int]string, error) {
+	known := m.Remembered(gpu)
+	for _, id := range ids {
+		if _, ok := known[id]; !ok && m.Fallback != nil {
+			return m.TypeNames(gpu)
+		}
+	}
+	if known == nil {
+		known = map[int]string{}
+	}
+	return known, nil
+}
+
+// idNamer is a TypeNamer that can be told which ids it must name
+// (TypeMemory).
+type idNamer interface {
+	TypeNamesFor(gpu host.Address, ids []int) (map[int]string, error)
 }
 
 // typeLearner is a TypeNamer that learns what the driver lists

@@ -73,9 +73,11 @@ var runAsRoot = map[string]string{
 // time. The NRI plugin dlopens the driver's libnvidia-ml.so.1, which is
 // linked against libpthread, libdl, libm and librt: glibc's loader looks for
 // them in the image (the host's driver folder holds no glibc), so they must
-// come from the same libc6 as the image's libc.so.6.
+// come from the same libc6 as the image's libc.so.6. The vGPU device
+// manager dlopens the vGPU host driver's NVML the same way.
 var dlopenLibs = map[string][]string{
-	"nri-gpu-plugin": {"libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1"},
+	"nri-gpu-plugin":      {"libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1"},
+	"vgpu-device-manager": {"libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1"},
 }
 
 // Options say what Build builds.

@@ -16,10 +16,11 @@ import (
 )
 
 // The one test of real binaries, through hack/images.sh as `make images`
-// runs it: vfio-manager (static) and nri-gpu-plugin (cgo, NVML through
-// dlopen) are built and packed twice, with the same digests; the NRI image
-// holds glibc's loader, libc and the libraries a dlopened NVML needs, all
-// from Debian's libc6 and nothing else of it; and in a chroot of that image
+// runs it: vfio-manager (static), nri-gpu-plugin and vgpu-device-manager
+// (cgo, NVML through dlopen) are built and packed twice, with the same
+// digests; the NRI and vGPU device manager images hold glibc's loader, libc
+// and the libraries a dlopened NVML needs, all from Debian's libc6 and
+// nothing else of it, and the manager runs in its image; and in a chroot of that image
 // the plugin dlopens a libnvidia-ml.so.1 from a "host" folder and calls it.
 // The libc6 .deb was checked against Debian's signed package index.
 func TestRealImages(t *testing.T) {
@@ -36,7 +37,7 @@ func TestRealImages(t *testing.T) {
 	images := func(out string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(root, "hack", "images.sh"), args...)
-		cmd.Env = append(os.Environ(), "BINARIES=vfio-manager nri-gpu-plugin", "BIN_DIR="+filepath.Join(tmp, "bin"), "OUT="+out,
+		cmd.Env = append(os.Environ(), "BINARIES=vfio-manager nri-gpu-plugin vgpu-device-manager", "BIN_DIR="+filepath.Join(tmp, "bin"), "OUT="+out,
 			"REGISTRY=", "VERSION=") // the defaults
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -51,7 +52,7 @@ func TestRealImages(t *testing.T) {
 	if table2 := images(out2); table2 != table {
 		t.Errorf("second build printed another table:\n%s", table2)
 	}
-	for _, b := range []string{"vfio-manager", "nri-gpu-plugin"} {
+	for _, b := range []string{"vfio-manager", "nri-gpu-plugin", "vgpu-device-manager"} {
 		a, err1 := os.ReadFile(filepath.Join(out1, b+".tar"))
 		c, err2 := os.ReadFile(filepath.Join(out2, b+".tar"))
 		if err1 != nil || err2 != nil || !bytes.Equal(a, c) {
@@ -137,6 +138,21 @@ func TestRealImages(t *testing.T) {
 	}
 	if !slices.Equal(fromLibc6, want) {
 		t.Errorf("files of libc6 in the NRI image:\n got %q\nwant %q", fromLibc6, want)
+	}
+	vgpu := openImage(t, filepath.Join(out1, "vgpu-device-manager.tar"))
+	var vgpuLibc6 []string
+	for _, f := range imageFiles(t, vgpu) {
+		if _, err := os.Lstat(filepath.Join(libcRoot, f)); err == nil && !strings.HasSuffix(f, "/") {
+			vgpuLibc6 = append(vgpuLibc6, f)
+		}
+	}
+	if !slices.Equal(vgpuLibc6, want) {
+		t.Errorf("files of libc6 in the vGPU device manager's image:\n got %q\nwant %q", vgpuLibc6, want)
+	}
+	vgpuRoot := filepath.Join(tmp, "vgpu-rootfs")
+	unpack(t, vgpu, vgpuRoot)
+	if out, err := runChroot(t, vgpuRoot, "/usr/local/bin/vgpu-device-manager", "run", "--help"); err != nil || !strings.Contains(out, "-driver-root") {
+		t.Errorf("in its image, vgpu-device-manager run --help: %v\n%s", err, out)
 	}
 
 	// dlopen in the image: a stand-in libnvidia-ml.so.1 in the "host"

@@ -46,6 +46,8 @@ func VGPUConfigMap(p *v1alpha1.SandboxGPUPolicySpec) string {
 // users in every process's open files (host PID namespace) and in the
 // kubelet's PodResources (read-only), and keeps its pause and ready files in
 // its own run folder for the KubeVirt device plugin and the validator.
+// Where the operator runs the vGPU host driver, it reads that driver's
+// NVML from its root (read-only).
 func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _ Options) {
 	spec := &ds.Spec.Template.Spec
 	c := &spec.Containers[0]
@@ -60,8 +62,27 @@ func vgpuDeviceManager(ds *appsv1.DaemonSet, p *v1alpha1.SandboxGPUPolicySpec, _
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "vgpu-config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: VGPUConfigMap(p)}}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vgpu-config", MountPath: VGPUConfigDir, ReadOnly: true})
+	if p.VGPUManager.IsEnabled() {
+		// NVML names the vGPU type ids no driver list and no memory name
+		// (a full card in a fresh run folder): the vGPU host driver
+		// container's root, which it rbind-mounts at VGPUDriverRoot,
+		// read-only; HostToContainer, so a driver container started again
+		// is seen. The manager starts once that container is ready, so
+		// the folder is there. A host-installed driver's libraries are not
+		// mounted (the host's library folders are no operand's): the
+		// manager names from the driver's lists and its memory alone.
+		c.Args = append(c.Args, "--driver-root="+VGPUDriverRoot)
+		dir, prop := corev1.HostPathDirectory, corev1.MountPropagationHostToContainer
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "driver-root", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: VGPUDriverRoot, Type: &dir}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "driver-root", MountPath: VGPUDriverRoot, ReadOnly: true, MountPropagation: &prop})
+	}
 	probe(c, "/readyz", names.VGPUDeviceManagerPort)
 }
+
+// VGPUDriverRoot is where NVIDIA's vGPU host driver container (vgpuManager)
+// rbind-mounts its root on the host, libnvidia-ml.so.1 included.
+const VGPUDriverRoot = "/run/nvidia/driver"
 
 // vgpuHost shapes what the vGPU device manager and its release share of
 // the host: its processes' open files (host PID namespace), sysfs and /dev

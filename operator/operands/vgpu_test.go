@@ -75,6 +75,17 @@ func TestVGPUDeviceManagerDaemonSet(t *testing.T) {
 	assert.Equal(t, []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)", "--default=A10-4Q", "--health-addr=:8085", "--resync=1m"}, c.Args)
 	assert.Equal(t, "configmap:my-vgpu-config:ro", mounts(ds)["/etc/vgpu-config"], "the policy's ConfigMap")
 	assert.Equal(t, "my-vgpu-config", VGPUConfigMap(p))
+	assert.NotContains(t, mounts(ds), VGPUDriverRoot, "a host-installed driver: no driver root mounted")
+
+	// With the operator's vGPU host driver: NVML from that driver's root,
+	// read-only, following a driver container started again.
+	on := true
+	p.VGPUManager = v1alpha1.VGPUManagerSpec{Enabled: &on, Image: "vgpu-manager:550.90.05"}
+	ds, c = build(t, names.VGPUDeviceManager, p, opts)
+	assert.Equal(t, []string{"run", "--config=/etc/vgpu-config/config.yaml", "--node-name=$(NODE_NAME)", "--default=A10-4Q", "--health-addr=:8085",
+		"--driver-root=/run/nvidia/driver", "--resync=1m"}, c.Args)
+	assert.Equal(t, "/run/nvidia/driver:ro,HostToContainer", mounts(ds)["/run/nvidia/driver"])
+	assert.Len(t, mounts(ds), 6, "the driver root is the only mount added")
 }
 
 // The command's default health address is the operand's port.

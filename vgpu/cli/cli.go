@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/sandbox-gpu/sandbox-gpu/host"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/hostroots"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/kubeclient"
@@ -20,6 +22,7 @@ import (
 	"github.com/sandbox-gpu/sandbox-gpu/internal/shell"
 	"github.com/sandbox-gpu/sandbox-gpu/internal/vgpuconfig"
 	"github.com/sandbox-gpu/sandbox-gpu/vgpu"
+	"github.com/sandbox-gpu/sandbox-gpu/vgpu/nvmltypes"
 )
 
 const notes = `Config: NVIDIA's vgpu-device-manager format (version: v1, vgpu-configs, devices,
@@ -35,23 +38,47 @@ func Program() *shell.Program { return ProgramOn(nil) }
 // ProgramOn is vgpu-device-manager changing the host through kernel k
 // instead of this machine's: the simulated kernel of the demo and the
 // tests, whose tree the root flags name. A nil k is this machine's kernel.
-func ProgramOn(k hostroots.Kernel) *shell.Program {
+// NVML is the driver's library under --driver-root.
+func ProgramOn(k hostroots.Kernel) *shell.Program { return ProgramWith(k, NVMLNamer) }
+
+// Namer is what names the vGPU type ids that no driver list and no memory
+// name: NVML on a node. Close releases it at the end of the command.
+type Namer interface {
+	vgpu.TypeNamer
+	Close() error
+}
+
+// NamerFunc makes the Namer of a command from --driver-root; it logs its
+// own failures once (log is the command's).
+type NamerFunc func(driverRoot string, log logr.Logger) Namer
+
+// NVMLNamer is NVML loaded lazily from the driver root
+// (nvmltypes.Namer; in a binary built without cgo, one that says once
+// that NVML is not available).
+func NVMLNamer(driverRoot string, log logr.Logger) Namer {
+	return nvmltypes.New(nvmltypes.Options{DriverRoot: driverRoot, Log: log})
+}
+
+// ProgramWith is ProgramOn with the Namer of the type ids nobody else
+// names made by nvml (the tests' NVML).
+func ProgramWith(k hostroots.Kernel, nvml NamerFunc) *shell.Program {
 	return &shell.Program{Name: "vgpu-device-manager",
 		Summary: "creates and removes NVIDIA vGPUs (mdev and SR-IOV vendor-specific VFIO) as a config says, never one in use",
 		Notes:   notes,
 		Commands: []*shell.Command{
-			onceCommand(k, "plan", "shows what apply would do; changes nothing"),
-			onceCommand(k, "apply", "creates and removes vGPUs until every GPU holds its config's vGPUs"),
-			runCommand(k),
+			onceCommand(k, nvml, "plan", "shows what apply would do; changes nothing"),
+			onceCommand(k, nvml, "apply", "creates and removes vGPUs until every GPU holds its config's vGPUs"),
+			runCommand(k, nvml),
 		}}
 }
 
 // common are the flags of every command, and the kernel the program was
 // given.
 type common struct {
-	kernel                   hostroots.Kernel
-	config, nodeName, runDir string
-	podResources             podresources.SocketFlag
+	kernel                               hostroots.Kernel
+	nvml                                 NamerFunc
+	config, nodeName, runDir, driverRoot string
+	podResources                         podresources.SocketFlag
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -61,6 +88,16 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Var(&c.podResources, "pod-resources-socket",
 		"the kubelet's PodResources socket: vGPUs allocated to pods count as in use (empty: ask no kubelet)")
 	fs.StringVar(&c.runDir, "run-dir", names.WriterDir(names.VGPUDeviceManager), "this manager's own folder: its lock, and the pause and ready files the KubeVirt device plugin and the validator read")
+	fs.StringVar(&c.driverRoot, "driver-root", "/", "root of the vGPU host driver's files, whose libnvidia-ml.so.1 (NVML) names the vGPU type ids that no driver list and no memory name "+
+		"(/run/nvidia/driver for the vGPU host driver container); without the library they stay unnamed")
+}
+
+// namer is the command's NVML, opened on first need; nil without one.
+func (c *common) namer(log logr.Logger) Namer {
+	if c.nvml == nil {
+		return nil
+	}
+	return c.nvml(c.driverRoot, log)
 }
 
 func (c *common) loadConfig() (*vgpuconfig.Config, error) {
@@ -82,12 +119,13 @@ func (c *common) node() string {
 }
 
 // typeMemory is the manager's memory of vGPU type names in --run-dir (a
-// memory of this run only with --run-dir=""), shared with the daemon.
-func (c *common) typeMemory() (*vgpu.TypeMemory, error) {
+// memory of this run only with --run-dir=""), shared with the daemon, in
+// front of fallback (NVML; nil for none).
+func (c *common) typeMemory(fallback vgpu.TypeNamer) (*vgpu.TypeMemory, error) {
 	if c.runDir == "" {
-		return &vgpu.TypeMemory{}, nil
+		return &vgpu.TypeMemory{Fallback: fallback}, nil
 	}
-	return vgpu.LoadTypeMemory(filepath.Join(c.runDir, names.VGPUTypesFile), nil)
+	return vgpu.LoadTypeMemory(filepath.Join(c.runDir, names.VGPUTypesFile), fallback)
 }
 
 // node is what a command works on: the host, and who holds its vGPUs.
@@ -117,8 +155,8 @@ func (c *common) open(env *shell.Env) (*node, error) {
 	return n, nil
 }
 
-func onceCommand(k hostroots.Kernel, name, summary string) *shell.Command {
-	c := common{kernel: k}
+func onceCommand(k hostroots.Kernel, nvml NamerFunc, name, summary string) *shell.Command {
+	c := common{kernel: k, nvml: nvml}
 	var selected, output string
 	var sequential bool
 	return &shell.Command{Name: name, Synopsis: "[--config FILE] --selected NAME [--output table|json]", Summary: summary, Roots: true,
@@ -147,7 +185,12 @@ func onceCommand(k hostroots.Kernel, name, summary string) *shell.Command {
 			}
 			defer n.close()
 			h := n.host
-			types, err := c.typeMemory()
+			var fallback vgpu.TypeNamer
+			if nv := c.namer(env.Log); nv != nil {
+				defer closeNamer(env, nv)
+				fallback = nv
+			}
+			types, err := c.typeMemory(fallback)
 			if err != nil {
 				return err
 			}
@@ -183,12 +226,19 @@ func pauseFile(runDir string) string {
 	return runDir + "/" + names.VGPUPauseFile
 }
 
-func runCommand(k hostroots.Kernel) *shell.Command {
-	c := common{kernel: k}
+// closeNamer releases the command's NVML, logging a failure.
+func closeNamer(env *shell.Env, nv Namer) {
+	if err := nv.Close(); err != nil {
+		env.Log.Error(err, "Cannot release NVML")
+	}
+}
+
+func runCommand(k hostroots.Kernel, nvml NamerFunc) *shell.Command {
+	c := common{kernel: k, nvml: nvml}
 	var kubeconfig, def string
 	var resync, retry time.Duration
 	var release bool
-	return &shell.Command{Name: "run", Synopsis: "(--config FILE | --release) --node-name NODE [--default NAME] [--kubeconfig FILE]",
+	return &shell.Command{Name: "run", Synopsis: "(--config FILE | --release) --node-name NODE [--default NAME] [--kubeconfig FILE] [--driver-root DIR]",
 		Summary: "the node daemon: keeps the vGPUs its Node's nvidia.com/vgpu.config label selects",
 		Roots:   true, Listen: true, HealthAddr: names.HealthAddr("", names.VGPUDeviceManagerPort), Daemon: true,
 		Flags: func(fs *flag.FlagSet) {
@@ -218,8 +268,15 @@ func runCommand(k hostroots.Kernel) *shell.Command {
 				return err
 			}
 			st := newStatus(env)
-			return vgpu.Run(ctx, vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
+			o := vgpu.RunOptions{Client: cs, NodeName: c.node(), ConfigFile: c.config, Default: def,
 				Host: n.host, RunDir: c.runDir, Allocated: n.allocated, Resync: resync, Retry: retry, Log: env.Log,
-				Observe: st.observe, Release: release, LockFile: filepath.Join(c.runDir, names.VGPULockFile)})
+				Observe: st.observe, Release: release, LockFile: filepath.Join(c.runDir, names.VGPULockFile)}
+			if nv := c.namer(env.Log); nv != nil {
+				// Behind the manager's memory: asked only for the ids a VF
+				// holds that no list and no memory name.
+				defer closeNamer(env, nv)
+				o.TypeNames = nv
+			}
+			return vgpu.Run(ctx, o)
 		}}
 }
