@@ -274,3 +274,53 @@ func TestGPUOnVFIOIsNotSeenAndARemovedGPUIsGone(t *testing.T) {
 	assert.Equal(t, hostsim.SimulatedGPUUUID(a), u)
 	assert.Equal(t, first, d, "the same handle for the same GPU")
 }
+
+// The calls NVIDIA's device plugin makes at start and in its health check
+// beyond our own code's: each answers, none is a missing symbol.
+func TestDevicePluginCalls(t *testing.T) {
+	k, _ := hostsim.NewHost(t, "a10")
+	lib := open(t, k.Root())
+	d, ret := lib.DeviceGetHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+
+	arch, ret := d.GetArchitecture()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, nvml.DeviceArchitecture(nvml.DEVICE_ARCH_AMPERE), arch)
+	brand, ret := d.GetBrand()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, nvml.BRAND_NVIDIA, brand)
+	mode, ret := d.GetVirtualizationMode()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, nvml.GPU_VIRTUALIZATION_MODE_NONE, mode)
+	procs, ret := d.GetComputeRunningProcesses()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Empty(t, procs)
+	isMig, ret := d.IsMigDeviceHandle()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.False(t, isMig)
+	_, ret = d.GetGpuFabricInfo()
+	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret)
+	_, ret = d.GetAttributes()
+	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret)
+
+	set, ret := lib.EventSetCreate()
+	require.Equal(t, nvml.SUCCESS, ret)
+	types, ret := d.GetSupportedEventTypes()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.NotZero(t, types&nvml.EventTypeXidCriticalError)
+	require.Equal(t, nvml.SUCCESS, d.RegisterEvents(nvml.EventTypeXidCriticalError, set))
+	start := time.Now()
+	_, ret = set.Wait(50)
+	assert.Equal(t, nvml.ERROR_TIMEOUT, ret, "a healthy GPU raises no event")
+	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "the wait lasts the caller's timeout")
+	assert.Equal(t, nvml.SUCCESS, set.Free())
+
+	vk, _ := hostsim.NewHost(t, "l40s-vgpu")
+	require.Equal(t, nvml.SUCCESS, lib.Shutdown())
+	t.Setenv(nvmlsim.RootEnv, vk.Root())
+	require.Equal(t, nvml.SUCCESS, lib.Init())
+	d, _ = lib.DeviceGetHandleByIndex(0)
+	mode, ret = d.GetVirtualizationMode()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU, mode, "the vGPU host driver")
+}

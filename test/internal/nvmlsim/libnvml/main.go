@@ -119,21 +119,24 @@ func withHost(f func(h *nvmlsim.Host) C.nvmlReturn_t) C.nvmlReturn_t {
 // library did not give, GPU_IS_LOST for a GPU that has left the nvidia
 // driver since (moved to vfio-pci, removed).
 func withGPU(d C.nvmlDevice_t, f func(i int, g *nvmlsim.GPU) C.nvmlReturn_t) C.nvmlReturn_t {
-	return withHost(func(h *nvmlsim.Host) C.nvmlReturn_t {
-		addr, ok := lib.addrs[d.handle]
-		if !ok {
-			return C.NVML_ERROR_INVALID_ARGUMENT
-		}
-		for i := range h.GPUs {
-			if h.GPUs[i].Address == addr {
-				if !nvmlsim.OnNVIDIA(h.Root, addr) {
-					return C.NVML_ERROR_GPU_IS_LOST
-				}
-				return f(i, &h.GPUs[i])
+	return withHost(func(h *nvmlsim.Host) C.nvmlReturn_t { return withGPULocked(h, d, f) })
+}
+
+// withGPULocked is withGPU inside withHost.
+func withGPULocked(h *nvmlsim.Host, d C.nvmlDevice_t, f func(i int, g *nvmlsim.GPU) C.nvmlReturn_t) C.nvmlReturn_t {
+	addr, ok := lib.addrs[d.handle]
+	if !ok {
+		return C.NVML_ERROR_INVALID_ARGUMENT
+	}
+	for i := range h.GPUs {
+		if h.GPUs[i].Address == addr {
+			if !nvmlsim.OnNVIDIA(h.Root, addr) {
+				return C.NVML_ERROR_GPU_IS_LOST
 			}
+			return f(i, &h.GPUs[i])
 		}
-		return C.NVML_ERROR_GPU_IS_LOST
-	})
+	}
+	return C.NVML_ERROR_GPU_IS_LOST
 }
 
 // putString copies s and its NUL into buf of length n, or says the buffer
