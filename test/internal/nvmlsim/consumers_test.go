@@ -81,8 +81,11 @@ func TestGenerateCDIFromSimulatedNVML(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "nri-gpu-plugin")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/sandbox-gpu/sandbox-gpu/cmd/nri-gpu-plugin")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	// Built in the product module, as it ships (its replacements apply):
+	// the test module's directory is test/, the product's its parent.
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nri-gpu-plugin")
+	build.Dir = productRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "build nri-gpu-plugin with cgo: %s", out)
 
@@ -148,4 +151,15 @@ func TestGenerateCDIFromSimulatedNVML(t *testing.T) {
 			}
 		})
 	}
+}
+
+// productRoot is the product module's folder: the parent of the test
+// module's (this package is test/internal/nvmlsim).
+func productRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../../..")
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(root, "cmd", "nri-gpu-plugin"))
+	require.NoError(t, err, "the product module's nri-gpu-plugin")
+	return root
 }
