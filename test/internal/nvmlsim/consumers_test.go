@@ -2,10 +2,12 @@ package nvmlsim_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -89,15 +91,30 @@ func TestGenerateCDIFromSimulatedNVML(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "build nri-gpu-plugin with cgo: %s", out)
 
+	type gpu struct {
+		addr  host.Address
+		minor int
+	}
+	h100 := []gpu{}
+	for i, b := range []string{"18", "2a", "3a", "5d", "9a", "ab", "ba", "db"} {
+		h100 = append(h100, gpu{host.Address("0000:" + b + ":00.0"), i})
+	}
 	for _, fx := range []struct {
-		name  string
-		addrs []host.Address
+		name string
+		gpus []gpu          // what the spec names, index by index
+		vfio []host.Address // moved to vfio-pci first
 	}{
-		{"a10", []host.Address{"0000:3b:00.0"}},
-		{"hgx-h100", []host.Address{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"}},
+		{name: "a10", gpus: []gpu{{"0000:3b:00.0", 0}}},
+		{name: "hgx-h100", gpus: h100},
+		{name: "a10x2", gpus: []gpu{{"0000:af:00.0", 1}}, vfio: []host.Address{"0000:3b:00.0"}},
 	} {
 		t.Run(fx.name, func(t *testing.T) {
-			k, _ := hostsim.NewHost(t, fx.name)
+			k, h := hostsim.NewHost(t, fx.name)
+			for _, a := range fx.vfio {
+				require.NoError(t, h.SetDriverOverride(a, "vfio-pci"))
+				require.NoError(t, h.Unbind(a, "nvidia"))
+				require.NoError(t, h.Probe(a))
+			}
 			driverRoot := t.TempDir()
 			require.NoError(t, nvmlsim.DriverRoot(driverRoot, lib))
 			cdiDir := t.TempDir()
@@ -136,12 +153,15 @@ func TestGenerateCDIFromSimulatedNVML(t *testing.T) {
 					names[d.Name] = append(names[d.Name], n.Path)
 				}
 			}
-			for i, a := range fx.addrs {
-				node := "/dev/nvidia" + string(rune('0'+i))
-				assert.Contains(t, names[string(rune('0'+i))], node, "device %d", i)
-				assert.Contains(t, names[hostsim.SimulatedGPUUUID(a)], node, "device %s", a)
+			for i, g := range fx.gpus {
+				node := fmt.Sprintf("/dev/nvidia%d", g.minor)
+				assert.Equal(t, []string{node}, names[strconv.Itoa(i)], "device %d is %s", i, g.addr)
+				assert.Equal(t, []string{node}, names[hostsim.SimulatedGPUUUID(g.addr)], "device %s", g.addr)
 			}
-			assert.NotContains(t, names, string(rune('0'+len(fx.addrs))), "no more GPUs than the fixture's")
+			assert.NotContains(t, names, strconv.Itoa(len(fx.gpus)), "no more GPUs than on nvidia")
+			for _, a := range fx.vfio {
+				assert.NotContains(t, names, hostsim.SimulatedGPUUUID(a), "a GPU on vfio-pci is not in the spec")
+			}
 			var mounts []string
 			for _, m := range spec.ContainerEdits.Mounts {
 				mounts = append(mounts, m.ContainerPath)
