@@ -25,7 +25,9 @@ func Build(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("build simulated NVML: find go-nvml's nvml.h: %w", err)
 	}
 	env := []string{"CGO_ENABLED=1", "CGO_CFLAGS=-I" + strings.TrimSpace(nvmlDir)}
+	// The real library's SONAME, which nvidia-ctk reads for its links.
 	if _, err := goCmd(ctx, env, "build", "-tags", "nvmlsim", "-buildmode=c-shared", "-o", out,
+		"-ldflags=-extldflags=-Wl,-soname,"+Library,
 		"github.com/sandbox-gpu/sandbox-gpu/test/internal/nvmlsim/libnvml"); err != nil {
 		return "", fmt.Errorf("build simulated NVML %s: %w", out, err)
 	}

@@ -2,6 +2,7 @@ package nvmlsim_test
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -323,4 +324,15 @@ func TestDevicePluginCalls(t *testing.T) {
 	mode, ret = d.GetVirtualizationMode()
 	require.Equal(t, nvml.SUCCESS, ret)
 	assert.Equal(t, nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU, mode, "the vGPU host driver")
+}
+
+// The library carries the real one's SONAME, which nvidia-ctk reads to
+// make its links in a container.
+func TestSONAME(t *testing.T) {
+	f, err := elf.Open(library(t))
+	require.NoError(t, err)
+	defer f.Close()
+	names, err := f.DynString(elf.DT_SONAME)
+	require.NoError(t, err)
+	assert.Equal(t, []string{nvmlsim.Library}, names)
 }
