@@ -5,6 +5,7 @@ go 1.26.0
 toolchain go1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/go-logr/logr v1.4.4
 	github.com/google/cadvisor v0.56.2
 	github.com/hanwen/go-fuse/v2 v2.12.1
@@ -231,6 +232,7 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
+	tags.cncf.io/container-device-interface v1.1.2 // indirect
 )
 
 // The product module, so the suites can use its simulated kernel and vfio planner.
