@@ -197,10 +197,12 @@ func (r *NodeReconciler) writeState(ctx context.Context, node *corev1.Node, st, 
 		r.fence.wrote(node.Name, before.ResourceVersion)
 	}
 	r.send(node, st, rep)
-	r.Metrics.setNode(node.Name, st.Status.WorkloadConfig, st.Status.State)
+	// The transition is timed before the gauge shows the new state, so
+	// that whoever sees a node counted as ready also sees its switch timed.
 	if t := rep.completed; t != nil {
 		r.Metrics.transitionDone(t.From, t.To, t.Completed.Sub(t.Started.Time))
 	}
+	r.Metrics.setNode(node.Name, st.Status.WorkloadConfig, st.Status.State)
 	return nil
 }
 
